@@ -1,0 +1,38 @@
+# Two commands do all set-up on a fresh machine with Python 3.11, pip and make:
+#   make demo   - virtualenv, install, run the offline demo on the embedded store
+#   make test   - virtualenv, install with the dev extras, run the whole suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch first, pinned: it takes the CPU build on this machine's disk; an unpinned torch
+# (pulled by sentence-transformers) would download a multi-GB CUDA build.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test lint venv install install-dev clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+venv: $(BIN)/python
+
+install: venv
+	$(BIN)/pip install --quiet -e .
+
+install-dev: venv
+	$(BIN)/pip install --quiet "$(TORCH_PIN)"
+	$(BIN)/pip install --quiet -e ".[dev,local,chroma]" "$(TORCH_PIN)"
+
+demo: install
+	$(BIN)/agentic-retrieval demo
+
+test: install-dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

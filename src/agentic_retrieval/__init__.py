@@ -1,0 +1,1 @@
+"""agentic-retrieval: agentic retrieval as a LangGraph graph you own."""

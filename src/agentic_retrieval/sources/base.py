@@ -1,0 +1,93 @@
+"""The knowledge-source protocol every backend implements, and the hit it returns.
+
+A knowledge source answers one query at a time: ``await source.search(SearchQuery(...))``
+returns a ranked list of :class:`Hit`. The graph runs one search per (subquery, source) pair
+concurrently, so implementations must be safe to call from several tasks at once. A source
+signals failure by raising; the graph turns the exception into an error activity record and
+returns the other sources' results (a partial response), so a source should never swallow its
+own errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SearchQuery(BaseModel):
+    """One query sent to one knowledge source."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    """The search text (a planned subquery, an intent, or the user's last message)."""
+    filter: str | None = None
+    """An OData filter, already composed: the source's own filter, the caller's ``filterAddOn``
+    and the planner's filter, ANDed. ``None`` means no restriction."""
+    top: int = 50
+    """How many hits to return at most."""
+    goal: str | None = None
+    """What the planner hopes this query finds; sources may ignore it."""
+
+
+class Hit(BaseModel):
+    """One retrieved document or chunk, as the source ranked it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    doc_key: str
+    """The document (chunk) key, unique within its source."""
+    content: str
+    """The text given to the reranker, the grounding string and the answer model."""
+    title: str | None = None
+    source: str = ""
+    """Name of the knowledge source that returned it (set by the graph)."""
+    score: float = 0.0
+    """The source's own relevance score (BM25, RRF, cosine...). Only its order within one
+    result list is meaningful."""
+    reranker_score: float | None = None
+    """A semantic score on the 0-4 scale when the source computes one itself (Azure's
+    ``@search.rerankerScore``); rerankers may pass it through."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Filterable fields and provenance (path, page, url...), returned as ``sourceData``."""
+
+
+class SourceError(Exception):
+    """A knowledge source failed in a way it can describe.
+
+    Args:
+        code: A short machine-readable code (``Unauthorized``, ``Timeout``...).
+        message: A human-readable explanation; must not contain secrets.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class FilterNotSupportedError(SourceError, ValueError):
+    """The source cannot apply the OData filter it was given."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("FilterNotSupported", message)
+
+
+@runtime_checkable
+class KnowledgeSource(Protocol):
+    """What the graph needs from a knowledge source.
+
+    Attributes:
+        name: Unique name within a knowledge base (``knowledgeSourceName`` on the wire).
+        description: What the source holds; the planner reads it to select sources.
+        kind: The activity/reference type on the wire (``searchIndex``, ``local``...).
+    """
+
+    name: str
+    description: str
+    kind: str
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        """Return hits for ``query``, best first, at most ``query.top`` of them."""
+        ...
