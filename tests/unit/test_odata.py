@@ -1,0 +1,230 @@
+"""OData filter parser, Python evaluator and SQLite compiler."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+
+import pytest
+
+from agentic_retrieval.odata import (
+    All,
+    And,
+    Any_,
+    BoolField,
+    Compare,
+    Field,
+    Literal,
+    Not,
+    ODataError,
+    Or,
+    SearchIn,
+    and_filters,
+    compile_predicate,
+    evaluate_filter,
+    parse_filter,
+    to_sql,
+)
+
+RECORDS: dict[str, dict] = {
+    "r1": {"category": "guide", "year": 2019, "rating": 4.5, "active": True,
+           "tags": ["hr", "benefits"], "published": "2019-05-01T10:00:00Z",
+           "owner": {"name": "ann"}, "people": [{"name": "ann", "age": 30}]},
+    "r2": {"category": "policy", "year": 2021, "rating": 3.0, "active": False,
+           "tags": ["legal"], "published": "2021-01-01T00:00:00+02:00",
+           "owner": {"name": "bob"}, "people": [{"name": "bob", "age": 50}]},
+    "r3": {"category": "guide", "year": 2023, "rating": None, "active": True,
+           "tags": [], "published": "2023-12-31T23:59:59Z", "note": "it's here"},
+    "r4": {"category": "it's", "year": 2024, "tags": ["hr"], "published": "not a date",
+           "people": [{"name": "cy", "age": 20}, {"name": "di", "age": 61}]},
+    "r5": {"year": "2020", "rating": 5, "tags": "hr", "published": 2020},
+}
+
+
+def python_ids(text: str) -> list[str]:
+    predicate = compile_predicate(text)
+    return sorted(key for key, record in RECORDS.items() if predicate(record))
+
+
+@pytest.fixture(scope="module")
+def db() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE records (id TEXT, metadata TEXT)")
+    conn.executemany("INSERT INTO records VALUES (?, ?)",
+                     [(k, json.dumps(v)) for k, v in RECORDS.items()])
+    return conn
+
+
+def column(path: str) -> str:
+    return "json_extract(metadata, '$." + path.replace("/", ".") + "')"
+
+
+def sql_ids(conn: sqlite3.Connection, text: str) -> list[str]:
+    where, params = to_sql(parse_filter(text), column)
+    rows = conn.execute(f"SELECT id FROM records WHERE {where} ORDER BY id", params)
+    return [row[0] for row in rows]
+
+
+CASES = [
+    ("category eq 'guide'", ["r1", "r3"]),
+    ("category ne 'guide'", ["r2", "r4", "r5"]),
+    ("year gt 2021", ["r3", "r4"]),
+    ("year ge 2021", ["r2", "r3", "r4"]),
+    ("year lt 2021", ["r1"]),
+    ("year le 2021", ["r1", "r2"]),
+    ("2021 lt year", ["r3", "r4"]),
+    ("rating eq null", ["r3", "r4"]),
+    ("rating ne null", ["r1", "r2", "r5"]),
+    ("rating gt null", []),
+    ("rating ge 4", ["r1", "r5"]),
+    ("rating eq 3", ["r2"]),
+    ("active eq true", ["r1", "r3"]),
+    ("active eq false", ["r2"]),
+    ("active", ["r1", "r3"]),
+    ("not active", ["r2", "r4", "r5"]),
+    ("category eq 'it''s'", ["r4"]),
+    ("note eq 'it''s here'", ["r3"]),
+    ("published ge 2021-01-01T00:00:00Z", ["r3"]),
+    ("published lt 2021-01-01T00:00:00Z", ["r1", "r2"]),
+    ("published eq 2020-12-31T22:00:00Z", ["r2"]),
+    ("published le 2019-05-01T12:00:00+02:00", ["r1"]),
+    ("search.in(category, 'policy,it''s')", ["r2", "r4"]),
+    ("search.in(category, 'guide policy')", ["r1", "r2", "r3"]),
+    ("search.in(category, 'guide|x y', '|')", ["r1", "r3"]),
+    ("tags/any(t: t eq 'hr')", ["r1", "r4"]),
+    ("tags/any()", ["r1", "r2", "r4"]),
+    ("not tags/any()", ["r3", "r5"]),
+    ("tags/all(t: t eq 'hr')", ["r3", "r4", "r5"]),
+    ("tags/any(t: search.in(t, 'legal,benefits'))", ["r1", "r2"]),
+    ("people/any(p: p/age gt 60)", ["r4"]),
+    ("people/any(p: p/name eq 'bob' and p/age eq 50)", ["r2"]),
+    ("owner/name eq 'ann'", ["r1"]),
+    ("a eq 1 or year eq 2019 and category eq 'policy'", []),
+    ("category eq 'policy' or year eq 2019 and category eq 'guide'", ["r1", "r2"]),
+    ("(category eq 'policy' or year eq 2019) and category eq 'guide'", ["r1"]),
+    ("not (year gt 2020) and category eq 'guide'", ["r1"]),
+    ("not not active", ["r1", "r3"]),
+    ("year eq '2020'", ["r5"]),
+    ("year eq 2020", []),
+    ("true", ["r1", "r2", "r3", "r4", "r5"]),
+    ("false or year eq 2024", ["r4"]),
+    ("missing eq null and missing ne 'x'", ["r1", "r2", "r3", "r4", "r5"]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_python_evaluator(text: str, expected: list[str]) -> None:
+    assert python_ids(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_sql_matches_python(db: sqlite3.Connection, text: str, expected: list[str]) -> None:
+    assert sql_ids(db, text) == expected
+
+
+def test_precedence_and_binds_tighter_than_or() -> None:
+    a, b, c = (Compare("eq", Field(n), Literal(v)) for n, v in (("a", 1), ("b", 2), ("c", 3)))
+    assert parse_filter("a eq 1 or b eq 2 and c eq 3") == Or(a, And(b, c))
+    assert parse_filter("(a eq 1 or b eq 2) and c eq 3") == And(Or(a, b), c)
+    assert parse_filter("a eq 1 and b eq 2 or c eq 3") == Or(And(a, b), c)
+    assert parse_filter("not (a eq 1) and b eq 2") == And(Not(a), b)
+
+
+def test_literals_parse_to_python_values() -> None:
+    assert parse_filter("x eq 'it''s'") == Compare("eq", Field("x"), Literal("it's"))
+    assert parse_filter("x ge -1.5e2") == Compare("ge", Field("x"), Literal(-150.0))
+    assert parse_filter("x eq 42") == Compare("eq", Field("x"), Literal(42))
+    assert parse_filter("x eq null") == Compare("eq", Field("x"), Literal(None))
+    assert parse_filter("x ne false") == Compare("ne", Field("x"), Literal(False))
+    assert parse_filter("d lt 2024-01-01T00:00:00Z") == Compare(
+        "lt", Field("d"), Literal(datetime(2024, 1, 1, tzinfo=UTC)))
+    assert parse_filter("a/b/c eq 1").field.path == "a/b/c"  # type: ignore[union-attr]
+    assert parse_filter("flag") == BoolField(Field("flag"))
+    assert parse_filter("search.in(c, 'a, b')") == SearchIn(Field("c"), ("a", "b"))
+    assert parse_filter("t/all(x: x gt 1)") == All(
+        Field("t"), "x", Compare("gt", Field("x"), Literal(1)))
+    assert parse_filter("t/any()") == Any_(Field("t"), None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "expected"),
+    [
+        ("", 0, "expected a boolean expression"),
+        ("a eq", 4, "expected a field, a literal"),
+        ("a eq 1 and", 10, "expected a field, a literal"),
+        ("(a eq 1", 7, "expected ')'"),
+        ("a eq 1)", 6, "expected 'and', 'or' or the end"),
+        ("a b", 2, "expected 'and', 'or' or the end"),
+        ("x eq 'abc", 5, "unterminated string"),
+        ("a eq b", 5, "one side of a comparison must be a constant"),
+        ("1 eq 2", 5, "one side of a comparison must be a field"),
+        ("not a eq 1", 0, "parentheses"),
+        ("geo.distance(a) lt 3", 0, "unsupported function"),
+        ("a eq 1 && b eq 2", 7, "unexpected character '&'"),
+        ("tags/any(t t eq 1)", 11, "expected ':'"),
+        ("search.in(c, 5)", 13, "expected a string of values"),
+        ("a eq 2024-01-01", 9, "expected 'and', 'or' or the end"),
+        ("x eq 1 or", 9, "expected a field"),
+        ("'lonely'", 0, "expected a boolean expression"),
+    ],
+)
+def test_malformed_filters_report_position(text: str, position: int, expected: str) -> None:
+    with pytest.raises(ODataError) as info:
+        parse_filter(text)
+    assert info.value.position == position
+    assert expected in str(info.value)
+    assert f"position {position}" in str(info.value)
+
+
+def test_odata_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        parse_filter("x eq")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "'; DROP TABLE records; --",
+        "x' OR '1'='1",
+        "\" OR 1=1 --",
+        "Ωμέγα ☃ 日本",
+        "x'); DELETE FROM records; --",
+    ],
+)
+def test_injection_attempts_are_literals(db: sqlite3.Connection, value: str) -> None:
+    escaped = value.replace("'", "''")
+    text = f"category eq '{escaped}' or search.in(category, '{escaped}', '|')"
+    where, params = to_sql(parse_filter(text), column)
+    assert value not in where  # the value only travels as a parameter
+    assert params == [value, value]
+    assert sql_ids(db, text) == []
+    assert python_ids(text) == []
+    assert db.execute("SELECT count(*) FROM records").fetchone() == (5,)
+
+
+def test_to_sql_rejects_unsafe_field_paths() -> None:
+    with pytest.raises(ODataError):
+        to_sql(Compare("eq", Field("x') OR 1=1 --"), Literal(1)), column)
+
+
+def test_compile_predicate_blank_is_always_true() -> None:
+    assert compile_predicate(None)({}) is True
+    assert compile_predicate("  ")({"a": 1}) is True
+
+
+def test_evaluate_filter_accepts_datetime_objects_and_flat_paths() -> None:
+    expr = parse_filter("when gt 2020-01-01T00:00:00Z and a/b eq 1")
+    assert evaluate_filter(expr, {"when": datetime(2021, 1, 1), "a/b": 1})
+    assert not evaluate_filter(expr, {"when": datetime(2019, 1, 1), "a": {"b": 1}})
+
+
+def test_and_filters_parenthesises_each_part() -> None:
+    assert and_filters(None, " ", None) is None
+    assert and_filters("a eq 1") == "(a eq 1)"
+    combined = and_filters("dept eq 'hr'", None, "x eq 1 or y eq 2")
+    assert combined == "(dept eq 'hr') and (x eq 1 or y eq 2)"
+    # the planner's "or" cannot widen the caller's security filter
+    predicate = compile_predicate(combined)
+    assert not predicate({"dept": "legal", "y": 2})
+    assert predicate({"dept": "hr", "y": 2})
