@@ -1,0 +1,156 @@
+"""Split text into overlapping chunks that keep paragraphs and sentences whole where they can.
+
+The unit of packing is the sentence. A chunk is filled paragraph by paragraph; a paragraph
+that does not fit is moved whole to the next chunk when the current one is already at least
+half full, and otherwise split between sentences. A sentence longer than a whole chunk is split
+between words (and a word longer than a chunk is cut). Each new chunk starts with the last
+whole sentences of the previous one, up to ``overlap`` characters, so a fact that straddles a
+boundary is found from either side (except where the overlap would split a paragraph that
+fits in a chunk on its own: then the paragraph wins).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_CHUNK_SIZE = 1200
+DEFAULT_OVERLAP = 200
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+")
+_SPACES = re.compile(r"[ \t\f\v\r\u00a0]+")
+
+
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    text: str
+    paragraph: int
+
+
+def normalize_text(text: str) -> str:
+    """Collapse runs of spaces, trim lines and join the lines of each paragraph.
+
+    Paragraphs (blocks separated by a blank line) are kept apart by one blank line.
+    """
+    paragraphs = []
+    for block in _PARAGRAPH_BREAK.split(text.replace("\r\n", "\n")):
+        lines = [_SPACES.sub(" ", line).strip() for line in block.split("\n")]
+        joined = " ".join(line for line in lines if line)
+        if joined:
+            paragraphs.append(joined)
+    return "\n\n".join(paragraphs)
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Split one paragraph after ``.``, ``!``, ``?`` (and closing quotes) followed by space."""
+    return [s.strip() for s in _SENTENCE_END.split(paragraph) if s.strip()]
+
+
+def chunk_text(
+    text: str, size: int = DEFAULT_CHUNK_SIZE, overlap: int = DEFAULT_OVERLAP
+) -> list[str]:
+    """Split ``text`` into chunks of at most ``size`` characters.
+
+    Args:
+        text: Plain text; blank lines separate paragraphs.
+        size: Maximum chunk length in characters.
+        overlap: Maximum number of characters (whole sentences) repeated from the end of one
+            chunk at the start of the next; 0 disables overlap.
+
+    Returns:
+        The chunks in document order; empty when ``text`` has no words.
+
+    Raises:
+        ValueError: When ``size`` is not positive or ``overlap`` is not below ``size``.
+
+    """
+    if size <= 0 or not 0 <= overlap < size:
+        raise ValueError("chunk size must be positive and overlap in [0, size)")
+    paragraphs = _PARAGRAPH_BREAK.split(normalize_text(text)) if text.strip() else []
+    return _Packer(size, overlap).pack(paragraphs)
+
+
+class _Packer:
+    def __init__(self, size: int, overlap: int) -> None:
+        self.size = size
+        self.overlap = overlap
+        self.chunks: list[str] = []
+        self.current: list[_Sentence] = []
+        self.fresh = 0  # sentences in ``current`` that are not overlap from the previous chunk
+
+    def pack(self, paragraphs: list[str]) -> list[str]:
+        for index, paragraph in enumerate(paragraphs):
+            sentences = [
+                _Sentence(piece, index)
+                for sentence in split_sentences(paragraph)
+                for piece in _split_long(sentence, self.size)
+            ]
+            whole = _render([*self.current, *sentences])
+            if len(whole) <= self.size:
+                self.add(sentences)
+            else:
+                if self.fresh and len(_render(self.current)) >= self.size // 2:
+                    self.close()
+                    if len(_render([*self.current, *sentences])) > self.size >= len(
+                        _render(sentences)
+                    ):
+                        self.current = []  # a whole paragraph is worth more than the overlap
+                for sentence in sentences:
+                    if len(_render([*self.current, sentence])) > self.size:
+                        self.close()
+                    self.add([sentence])
+        if self.fresh:
+            self.chunks.append(_render(self.current))
+        return self.chunks
+
+    def add(self, sentences: list[_Sentence]) -> None:
+        self.current.extend(sentences)
+        self.fresh += len(sentences)
+
+    def close(self) -> None:
+        """Emit the current chunk (if it has new text) and seed the next with the overlap."""
+        if not self.fresh:
+            self.current = []
+            return
+        self.chunks.append(_render(self.current))
+        carried: list[_Sentence] = []
+        for sentence in reversed(self.current):
+            if len(_render([sentence, *carried])) > self.overlap:
+                break
+            carried.insert(0, sentence)
+        self.current = carried
+        self.fresh = 0
+
+
+def _render(sentences: list[_Sentence]) -> str:
+    parts: list[str] = []
+    for i, sentence in enumerate(sentences):
+        if i:
+            same = sentence.paragraph == sentences[i - 1].paragraph
+            parts.append(" " if same else "\n\n")
+        parts.append(sentence.text)
+    return "".join(parts)
+
+
+def _split_long(sentence: str, size: int) -> list[str]:
+    if len(sentence) <= size:
+        return [sentence]
+    pieces: list[str] = []
+    current = ""
+    for word in sentence.split(" "):
+        while len(word) > size:
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(word[:size])
+            word = word[size:]
+        candidate = f"{current} {word}" if current else word
+        if len(candidate) > size:
+            pieces.append(current)
+            current = word
+        else:
+            current = candidate
+    if current:
+        pieces.append(current)
+    return pieces

@@ -1,0 +1,187 @@
+"""Read ``.txt``, ``.md``, ``.html`` and ``.pdf`` files into titled, paged plain text.
+
+Each loader returns a :class:`LoadedDocument`; a file that cannot be read raises
+:class:`LoaderError` with a reason the ingest report shows to the user.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+SUPPORTED_EXTENSIONS = frozenset({".txt", ".md", ".markdown", ".html", ".htm", ".pdf"})
+_MAX_TITLE = 120
+_BINARY_SNIFF = 8192
+
+
+class LoaderError(ValueError):
+    """A file could not be turned into text (the reason is user-facing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A run of text and the 1-based page it comes from (``None`` for unpaged formats)."""
+
+    text: str
+    page: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedDocument:
+    """The text of one file, with the title chosen for its chunks."""
+
+    title: str
+    sections: tuple[Section, ...]
+
+
+def load_file(path: Path, data: bytes) -> LoadedDocument:
+    """Turn the bytes of ``path`` into a document, choosing the loader by extension.
+
+    Args:
+        path: The file's path (for the extension and the fallback title).
+        data: The file's content, already read (so the caller hashes what it indexes).
+
+    Returns:
+        The document; its sections may be empty when the file has no text.
+
+    Raises:
+        LoaderError: Unsupported extension, binary content, or a corrupt PDF.
+
+    """
+    loader = _LOADERS.get(path.suffix.lower())
+    if loader is None:
+        raise LoaderError(f"unsupported file type {path.suffix or '(none)'!r}")
+    return loader(path, data)
+
+
+def title_from_filename(path: Path) -> str:
+    """``Northwind_Health-plus.pdf`` -> ``Northwind Health plus``."""
+    return re.sub(r"[_\-\s]+", " ", path.stem).strip() or path.name
+
+
+def _decode_text(path: Path, data: bytes) -> str:
+    if b"\x00" in data[:_BINARY_SNIFF]:
+        raise LoaderError("binary content (NUL bytes) in a text file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        # Legacy 8-bit text is common; cp1252 fails only on a few unassigned bytes.
+        try:
+            return data.decode("cp1252")
+        except UnicodeDecodeError as exc:
+            raise LoaderError(f"not UTF-8 or Windows-1252 text: {exc}") from exc
+
+
+def _first_line_title(text: str) -> str | None:
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line:
+            looks_like_heading = len(line) <= _MAX_TITLE and not line.endswith((".", ",", ";"))
+            return line if looks_like_heading else None
+    return None
+
+
+def _load_txt(path: Path, data: bytes) -> LoadedDocument:
+    text = _decode_text(path, data)
+    title = _first_line_title(text) or title_from_filename(path)
+    return LoadedDocument(title, (Section(text),) if text.strip() else ())
+
+
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def _load_markdown(path: Path, data: bytes) -> LoadedDocument:
+    text = _decode_text(path, data)
+    heading = _MD_HEADING.search(text)
+    title = heading.group(1).strip() if heading else title_from_filename(path)
+    return LoadedDocument(title[:_MAX_TITLE], (Section(text),) if text.strip() else ())
+
+
+class _HtmlText(HTMLParser):
+    _SKIP = frozenset({"script", "style", "noscript", "template", "svg"})
+    _BLOCK = frozenset({
+        "p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article", "header",
+        "footer", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "hr", "main",
+    })
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip_depth = 0
+        self.stack: list[str] = []
+        self.title = ""
+        self.h1 = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self._SKIP:
+            self.skip_depth += 1
+        if tag in self._BLOCK:
+            self.parts.append("\n\n")
+        self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._SKIP and self.skip_depth:
+            self.skip_depth -= 1
+        if tag in self._BLOCK:
+            self.parts.append("\n\n")
+        if tag in self.stack:
+            while self.stack and self.stack.pop() != tag:
+                pass
+
+    def handle_data(self, data: str) -> None:
+        current = self.stack[-1] if self.stack else ""
+        if current == "title":
+            self.title += data
+            return
+        if self.skip_depth:
+            return
+        if "h1" in self.stack:
+            self.h1 += data
+        self.parts.append(data)
+
+
+def _load_html(path: Path, data: bytes) -> LoadedDocument:
+    parser = _HtmlText()
+    parser.feed(_decode_text(path, data))
+    parser.close()
+    text = "".join(parser.parts)
+    title = " ".join(parser.title.split()) or " ".join(parser.h1.split())
+    title = title[:_MAX_TITLE] or title_from_filename(path)
+    return LoadedDocument(title, (Section(text),) if text.strip() else ())
+
+
+def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
+    import io
+
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise LoaderError("encrypted PDF")
+        sections = tuple(
+            Section(text, page=number)
+            for number, page in enumerate(reader.pages, start=1)
+            if (text := page.extract_text() or "").strip()
+        )
+        meta_title = (reader.metadata.title if reader.metadata else None) or ""
+    # pypdf raises its own errors but also bare KeyError/TypeError/... on damaged files.
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+            AssertionError, RecursionError, ZeroDivisionError, OSError) as exc:
+        raise LoaderError(f"unreadable PDF: {type(exc).__name__}: {exc}") from exc
+    title = " ".join(str(meta_title).split())[:_MAX_TITLE] or title_from_filename(path)
+    return LoadedDocument(title, sections)
+
+
+_LOADERS: dict[str, Callable[[Path, bytes], LoadedDocument]] = {
+    ".txt": _load_txt,
+    ".md": _load_markdown,
+    ".markdown": _load_markdown,
+    ".html": _load_html,
+    ".htm": _load_html,
+    ".pdf": _load_pdf,
+}
