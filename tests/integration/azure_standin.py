@@ -169,7 +169,9 @@ class AzureSearchStandIn:
             scheme = "https"
         host, port = self._server.server_address[:2]
         self.endpoint = f"{scheme}://{host}:{port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # ---------------------------------------------------------------- lifecycle
 
