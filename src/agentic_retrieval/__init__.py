@@ -1,1 +1,28 @@
 """agentic-retrieval: agentic retrieval as a LangGraph graph you own."""
+
+from agentic_retrieval.context import Context
+from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
+from agentic_retrieval.graph.builder import build_graph
+from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.models import RetrieveRequest, RetrieveResponse
+from agentic_retrieval.rerankers.base import Reranker
+from agentic_retrieval.retriever import KnowledgeBaseRetriever
+from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
+from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
+
+__all__ = [
+    "Context",
+    "Hit",
+    "InMemoryKnowledgeSource",
+    "InvalidRequestError",
+    "KnowledgeBase",
+    "KnowledgeBaseRetriever",
+    "KnowledgeSource",
+    "Reranker",
+    "RetrieveRequest",
+    "RetrieveResponse",
+    "SearchQuery",
+    "SourceError",
+    "UnknownKnowledgeSourceError",
+    "build_graph",
+]

@@ -1,0 +1,25 @@
+"""The live objects a compiled graph is bound to: sources, chat models, reranker.
+
+They are fixed when the graph is built (:func:`agentic_retrieval.build_graph`) and shared by
+every run, so stores and HTTP clients are opened once; the per-run, serialisable settings
+live in :class:`~agentic_retrieval.context.Context`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agentic_retrieval.chat_models import ChatModels
+from agentic_retrieval.rerankers.base import Reranker
+from agentic_retrieval.rerankers.passthrough import PassthroughReranker
+from agentic_retrieval.sources.base import KnowledgeSource
+
+
+@dataclass
+class Bindings:
+    """Sources by name, chat models by role, and the reranker."""
+
+    sources: Mapping[str, KnowledgeSource]
+    models: ChatModels = field(default_factory=ChatModels)
+    reranker: Reranker = field(default_factory=PassthroughReranker)

@@ -1,0 +1,181 @@
+"""Chat models by role, and structured calls that retry once and report token usage.
+
+A role (``planning``, ``evidence``, ``answer``) resolves, in order, to: the Context's
+``<role>_model`` string, the Context's ``chat_model`` string, the model object bound for the
+role at build time, the model bound for all roles, and finally the environment variable
+``AGENTIC_RETRIEVAL_CHAT_MODEL``. Strings are ``provider:model`` for ``init_chat_model``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+from pydantic import BaseModel
+
+from agentic_retrieval.context import Context
+
+logger = logging.getLogger(__name__)
+
+MODEL_ENV_VAR = "AGENTIC_RETRIEVAL_CHAT_MODEL"
+Role = Literal["planning", "evidence", "answer"]
+SchemaT = TypeVar("SchemaT", bound=BaseModel)
+
+
+class ModelNotConfiguredError(ValueError):
+    """No chat model is configured for a role that needs one."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__(
+            f"reasoning effort low/medium and answerSynthesis need a chat model for {role}: "
+            f"set {MODEL_ENV_VAR} (e.g. openai:gpt-4.1-mini), pass chat_model= to "
+            "build_graph/KnowledgeBase, or use reasoning effort 'minimal'"
+        )
+
+
+@functools.lru_cache(maxsize=16)
+def _init_model(spec: str) -> BaseChatModel:
+    from langchain.chat_models import init_chat_model
+
+    return init_chat_model(spec)
+
+
+@dataclass
+class ChatModels:
+    """The chat models bound at build time, by role (``default`` serves every role)."""
+
+    default: BaseChatModel | str | None = None
+    planning: BaseChatModel | str | None = None
+    evidence: BaseChatModel | str | None = None
+    answer: BaseChatModel | str | None = None
+
+    def resolve(self, role: Role, context: Context) -> BaseChatModel:
+        """Return the model for ``role`` under ``context``.
+
+        Raises:
+            ModelNotConfiguredError: When nothing is configured for the role.
+        """
+        candidates = (
+            getattr(context, f"{role}_model"),
+            context.chat_model,
+            getattr(self, role),
+            self.default,
+            os.environ.get(MODEL_ENV_VAR) or None,
+        )
+        for candidate in candidates:
+            if isinstance(candidate, BaseChatModel):
+                return candidate
+            if isinstance(candidate, str) and candidate.strip():
+                return _init_model(candidate.strip())
+        raise ModelNotConfiguredError(role)
+
+    def is_configured(self, role: Role, context: Context) -> bool:
+        """Whether :meth:`resolve` would find a model (without building one)."""
+        return any(
+            (
+                getattr(context, f"{role}_model"),
+                context.chat_model,
+                getattr(self, role),
+                self.default,
+                os.environ.get(MODEL_ENV_VAR),
+            )
+        )
+
+
+@dataclass
+class Usage:
+    """Token counts summed over the attempts of one call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def add(self, message: BaseMessage | None) -> None:
+        """Add the usage metadata of ``message`` (an AIMessage) if it has any."""
+        meta = getattr(message, "usage_metadata", None) if message is not None else None
+        if not meta:
+            return
+        self.input_tokens += int(meta.get("input_tokens") or 0)
+        self.output_tokens += int(meta.get("output_tokens") or 0)
+        details = meta.get("output_token_details") or {}
+        self.reasoning_tokens += int(details.get("reasoning") or 0)
+
+
+@dataclass
+class StructuredResult(Generic[SchemaT]):
+    """The outcome of :func:`structured_call`: the parsed value or why there is none."""
+
+    value: SchemaT | None
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+    attempts: int = 0
+
+
+async def structured_call(
+    model: BaseChatModel,
+    schema: type[SchemaT],
+    messages: list[BaseMessage],
+    *,
+    config: RunnableConfig | None = None,
+    timeout: float | None = None,
+    attempts: int = 2,
+) -> StructuredResult[SchemaT]:
+    """Ask ``model`` for a ``schema`` instance, retrying once when the output does not parse.
+
+    Never raises for model or parsing failures: the caller degrades using ``error``.
+
+    Args:
+        model: Any chat model supporting ``with_structured_output``.
+        schema: The pydantic model to produce.
+        messages: The prompt.
+        config: Forwarded so callbacks and tracing see the call as part of the run.
+        timeout: Seconds left for the whole call (all attempts); ``None`` for no bound.
+        attempts: Total tries (default 2: the call and one retry).
+
+    Returns:
+        The parsed value (or ``None``), summed usage and the last error message.
+    """
+    result: StructuredResult[SchemaT] = StructuredResult(value=None)
+    bound = model.with_structured_output(schema, include_raw=True)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    for _ in range(attempts):
+        result.attempts += 1
+        remaining = None if deadline is None else deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            result.error = "timed out before the model answered"
+            break
+        try:
+            out: Any = await asyncio.wait_for(bound.ainvoke(messages, config=config), remaining)
+        except TimeoutError:
+            result.error = "timed out before the model answered"
+            break
+        except Exception as exc:  # a provider error must degrade the node, not the run
+            logger.warning("structured call to %s failed: %s", schema.__name__, exc)
+            result.error = f"{type(exc).__name__}: {exc}"
+            continue
+        raw = out.get("raw") if isinstance(out, dict) else None
+        result.usage.add(raw if isinstance(raw, AIMessage) else None)
+        parsed = out.get("parsed") if isinstance(out, dict) else out
+        if isinstance(parsed, schema):
+            result.value = parsed
+            result.error = None
+            return result
+        if isinstance(parsed, dict):
+            try:
+                result.value = schema.model_validate(parsed)
+                result.error = None
+                return result
+            except ValueError as exc:
+                result.error = f"output did not match {schema.__name__}: {exc}"
+                continue
+        parsing_error = out.get("parsing_error") if isinstance(out, dict) else None
+        result.error = f"output did not parse as {schema.__name__}: {parsing_error}"
+    return result

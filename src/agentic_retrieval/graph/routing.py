@@ -1,0 +1,58 @@
+"""Edge functions. Each returns the real node names so Studio draws the real edges."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+
+from agentic_retrieval.context import Context
+from agentic_retrieval.nodes.plan_queries import source_params
+from agentic_retrieval.nodes.search import build_tasks
+from agentic_retrieval.state import RetrievalState
+
+
+def after_route_intent(state: RetrievalState) -> Literal["plan_queries", "respond"]:
+    """Retrieve, or reply directly when the planner found no need to."""
+    return "plan_queries" if state.get("needs_retrieval", True) else "respond"
+
+
+def _searches(state: RetrievalState, runtime: Runtime[Context]) -> list[Send]:
+    round_no = state.get("round_to_search")
+    if round_no is None:
+        return []
+    context = runtime.context or Context()
+    subqueries = [s for s in state.get("subqueries") or [] if s.round == round_no]
+    tasks = build_tasks(subqueries, source_params(state), context, state["started_at"])
+    return [Send("search", task) for task in tasks]
+
+
+def dispatch_searches(
+    state: RetrievalState, runtime: Runtime[Context]
+) -> list[Send] | Literal["rerank"]:
+    """Fan out one ``search`` task per (subquery, source); straight to rerank if none."""
+    return _searches(state, runtime) or "rerank"
+
+
+def after_rerank(
+    state: RetrievalState, runtime: Runtime[Context]
+) -> Literal["assess_evidence", "synthesize"]:
+    """Medium effort judges the evidence; minimal and low go straight to the output."""
+    context = runtime.context or Context()
+    medium = context.reasoning_effort == "medium" and not state.get("intents")
+    return "assess_evidence" if medium else "synthesize"
+
+
+def after_assess_evidence(
+    state: RetrievalState, runtime: Runtime[Context]
+) -> list[Send] | Literal["synthesize"]:
+    """Loop back to ``search`` with follow-ups while insufficient and within budget.
+
+    The budget (``Context.max_iterations``) is enforced by ``assess_evidence``, which only
+    schedules a round while ``iteration < max_iterations``; this function dispatches it.
+    """
+    context = runtime.context or Context()
+    if (state.get("iteration") or 0) > context.max_iterations:
+        return "synthesize"
+    return _searches(state, runtime) or "synthesize"

@@ -1,0 +1,296 @@
+"""``KnowledgeBase``: the retrieve API in Python, on top of the compiled graph.
+
+It takes and returns the wire models of :mod:`agentic_retrieval.models` (or plain dicts in
+their JSON shape), so the same request works from Python, over HTTP and over MCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import ValidationError
+
+from agentic_retrieval.chat_models import ModelNotConfiguredError
+from agentic_retrieval.context import Context
+from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
+from agentic_retrieval.graph.builder import build_graph
+from agentic_retrieval.models import (
+    ActivityRecord,
+    MessageContent,
+    Reference,
+    ResponseMessage,
+    RetrieveRequest,
+    RetrieveResponse,
+)
+from agentic_retrieval.odata import ODataError, parse_filter
+from agentic_retrieval.rerankers.base import Reranker
+from agentic_retrieval.sources.base import KnowledgeSource
+
+T = TypeVar("T")
+GRACE_SECONDS = 2.0
+"""Extra time past ``maxRuntimeInSeconds`` before the outer guard abandons a run."""
+
+
+class KnowledgeBase:
+    """A named set of knowledge sources with a retrieval graph over them.
+
+    Args:
+        sources: The knowledge sources.
+        name: The knowledge base name (the ``{name}`` in the REST path).
+        description: What the knowledge base holds.
+        chat_model: Model for every LLM role (object or ``provider:model``); ``None`` uses
+            ``$AGENTIC_RETRIEVAL_CHAT_MODEL`` when a request needs one.
+        planning_model: Overrides ``chat_model`` for planning.
+        evidence_model: Overrides ``chat_model`` for evidence assessment.
+        answer_model: Overrides ``chat_model`` for answer synthesis.
+        reranker: The reranker (default: passthrough of source scores, lexical otherwise).
+        defaults: Context used where a request is silent (effort, limits, prompts...).
+    """
+
+    def __init__(
+        self,
+        sources: Iterable[KnowledgeSource] | Mapping[str, KnowledgeSource],
+        *,
+        name: str = "knowledge-base",
+        description: str = "",
+        chat_model: BaseChatModel | str | None = None,
+        planning_model: BaseChatModel | str | None = None,
+        evidence_model: BaseChatModel | str | None = None,
+        answer_model: BaseChatModel | str | None = None,
+        reranker: Reranker | None = None,
+        defaults: Context | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.defaults = defaults or Context()
+        self.graph = build_graph(
+            sources,
+            chat_model=chat_model,
+            planning_model=planning_model,
+            evidence_model=evidence_model,
+            answer_model=answer_model,
+            reranker=reranker,
+        )
+        self.bindings = self.graph.bindings  # type: ignore[attr-defined]
+
+    @property
+    def sources(self) -> Mapping[str, KnowledgeSource]:
+        """The knowledge sources by name."""
+        return self.bindings.sources
+
+    # --- request preparation ----------------------------------------------------------------
+
+    def parse_request(self, request: RetrieveRequest | Mapping[str, Any]) -> RetrieveRequest:
+        """Validate ``request`` (a model or a JSON-shaped dict).
+
+        Raises:
+            InvalidRequestError: With a message naming the offending field.
+        """
+        if isinstance(request, RetrieveRequest):
+            return request
+        try:
+            return RetrieveRequest.model_validate(request)
+        except ValidationError as exc:
+            raise InvalidRequestError(_describe(exc)) from exc
+
+    def context_for(self, request: RetrieveRequest) -> Context:
+        """The run's Context: the defaults overridden by what the request sets."""
+        overrides: dict[str, Any] = {}
+        if request.effort:
+            overrides["reasoning_effort"] = request.effort
+        if request.output_mode:
+            overrides["output_mode"] = request.output_mode
+        if request.max_runtime_in_seconds:
+            overrides["max_runtime_seconds"] = float(request.max_runtime_in_seconds)
+        if request.max_output_size:
+            overrides["max_output_size"] = request.max_output_size
+        if request.max_output_size_in_tokens:
+            overrides["max_output_tokens"] = request.max_output_size_in_tokens
+        try:
+            return dataclasses.replace(self.defaults, **overrides)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+
+    def check(self, request: RetrieveRequest, context: Context) -> None:
+        """Reject what would fail later: unknown sources, bad filters, no model.
+
+        Raises:
+            UnknownKnowledgeSourceError: A named source does not exist.
+            InvalidRequestError: A ``filterAddOn`` does not parse, or no chat model is
+                configured for an effort/output mode that needs one.
+        """
+        for params in request.knowledge_source_params or []:
+            if params.knowledge_source_name not in self.sources:
+                raise UnknownKnowledgeSourceError(
+                    f"knowledgeSourceParams: unknown knowledge source "
+                    f"'{params.knowledge_source_name}' (this knowledge base has: "
+                    f"{', '.join(self.sources) or 'none'})"
+                )
+            if params.filter_add_on:
+                try:
+                    parse_filter(params.filter_add_on)
+                except ODataError as exc:
+                    raise InvalidRequestError(
+                        f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"
+                    ) from exc
+        needs_planner = context.reasoning_effort != "minimal" and not request.intents
+        roles = (["planning"] if needs_planner else []) + (
+            ["evidence"] if needs_planner and context.reasoning_effort == "medium" else []
+        ) + (["answer"] if context.output_mode == "answerSynthesis" else [])
+        for role in roles:
+            if not self.bindings.models.is_configured(role, context):
+                raise InvalidRequestError(str(ModelNotConfiguredError(role)))
+
+    def graph_input(self, request: RetrieveRequest) -> dict[str, Any]:
+        """The graph input for ``request``."""
+        return {
+            "messages": [_to_message(m.role, m.text) for m in request.messages or [] if m.text],
+            "intents": [i.search for i in request.intents or []],
+            "knowledge_source_params": [
+                p.model_dump(exclude_none=True) for p in request.knowledge_source_params or []
+            ],
+        }
+
+    # --- running ------------------------------------------------------------------------------
+
+    async def aretrieve(
+        self, request: RetrieveRequest | Mapping[str, Any], *, config: dict[str, Any] | None = None
+    ) -> RetrieveResponse:
+        """Run a retrieve request.
+
+        Args:
+            request: A :class:`RetrieveRequest` or its JSON shape.
+            config: Optional LangChain ``RunnableConfig`` (callbacks, tags...).
+
+        Returns:
+            The response; ``.status_code`` is 200, 206 (a source failed) or 408.
+
+        Raises:
+            InvalidRequestError: For bad input (the message names the field).
+        """
+        parsed = self.parse_request(request)
+        context = self.context_for(parsed)
+        self.check(parsed, context)
+        started = time.time()
+        try:
+            output = await asyncio.wait_for(
+                self.graph.ainvoke(self.graph_input(parsed), config=config, context=context),
+                context.max_runtime_seconds + GRACE_SECONDS,
+            )
+        except TimeoutError:
+            return _timed_out_response(context, started)
+        return self.to_response(output, parsed)
+
+    def retrieve(
+        self, request: RetrieveRequest | Mapping[str, Any], *, config: dict[str, Any] | None = None
+    ) -> RetrieveResponse:
+        """Synchronous :meth:`aretrieve` (safe to call where an event loop is running)."""
+        return run_sync(self.aretrieve(request, config=config))
+
+    async def astream(
+        self, request: RetrieveRequest | Mapping[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield progress events as they happen, then ``{"event": "response", ...}``.
+
+        Progress events are the nodes' stream-writer events (``planning``, ``searching``,
+        ``searched``, ``reranking``, ``assessing``, ``answering``, ``done``).
+        """
+        parsed = self.parse_request(request)
+        context = self.context_for(parsed)
+        self.check(parsed, context)
+        output: dict[str, Any] = {}
+        stream = self.graph.astream(
+            self.graph_input(parsed), context=context, stream_mode=["custom", "values"]
+        )
+        async for mode, chunk in stream:
+            if mode == "custom":
+                yield dict(chunk)
+            else:
+                output = chunk
+        response = self.to_response(output, parsed)
+        yield {
+            "event": "response",
+            "status": response.status_code,
+            "response": response.to_wire(),
+        }
+
+    def to_response(self, output: Mapping[str, Any], request: RetrieveRequest) -> RetrieveResponse:
+        """Turn the graph output into the wire response."""
+        response = RetrieveResponse(
+            response=[
+                ResponseMessage(
+                    content=[MessageContent(type="text", text=output.get("response", ""))]
+                )
+            ],
+            activity=(
+                None
+                if request.include_activity is False
+                else [ActivityRecord.model_validate(r) for r in output.get("activity") or []]
+            ),
+            references=[Reference.model_validate(r) for r in output.get("references") or []],
+        )
+        response._partial = bool(output.get("partial"))
+        response._timed_out = bool(output.get("timed_out"))
+        return response
+
+    def as_retriever(self, **kwargs: Any) -> Any:
+        """A LangChain ``BaseRetriever`` over this knowledge base (``KnowledgeBaseRetriever``)."""
+        from agentic_retrieval.retriever import KnowledgeBaseRetriever
+
+        return KnowledgeBaseRetriever(knowledge_base=self, **kwargs)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code, even inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _to_message(role: str | None, text: str) -> BaseMessage:
+    if role == "assistant":
+        return AIMessage(content=text)
+    if role == "system":
+        return SystemMessage(content=text)
+    return HumanMessage(content=text)
+
+
+def _timed_out_response(context: Context, started: float) -> RetrieveResponse:
+    record = ActivityRecord.model_validate(
+        {
+            "type": "runtimeLimit",
+            "id": 0,
+            "elapsedMs": int((time.time() - started) * 1000),
+            "error": {
+                "code": "Timeout",
+                "message": f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed "
+                "before any result was ready",
+            },
+        }
+    )
+    response = RetrieveResponse(
+        response=[ResponseMessage(content=[MessageContent(type="text", text="[]")])],
+        activity=[record],
+        references=[],
+    )
+    response._timed_out = True
+    return response
+
+
+def _describe(exc: ValidationError) -> str:
+    """A one-line message naming each invalid field by its wire (camelCase) path."""
+    parts = []
+    for error in exc.errors()[:5]:
+        location = ".".join(str(p) for p in error["loc"]) or "body"
+        parts.append(f"{location}: {error['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,136 @@
+"""``assess_evidence`` (medium effort): is the ranked evidence enough to answer?
+
+One structured call judges sufficiency and confidence, extracts key points with their
+ref_ids, and proposes follow-up queries for what is missing. While the evidence is
+insufficient and the iteration budget allows, the follow-ups become the next retrieval round
+(the routing function sends them to ``search``). When the output cannot be parsed twice the
+node degrades to "sufficient" with an error record, so the run still answers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from agentic_retrieval.activity import model_entry
+from agentic_retrieval.bindings import Bindings
+from agentic_retrieval.chat_models import structured_call
+from agentic_retrieval.context import Context
+from agentic_retrieval.conversation import last_user_text, remaining_seconds, today
+from agentic_retrieval.llm_schemas import EvidenceAssessment
+from agentic_retrieval.nodes.plan_queries import allowed_sources, resolve_subqueries, source_params
+from agentic_retrieval.nodes.route_intent import NodeFn
+from agentic_retrieval.passages import format_passages
+from agentic_retrieval.state import Evidence, KeyPoint, RetrievalState, Subquery
+
+EVIDENCE_PASSAGE_CHARS = 24_000
+"""Passage text shown to the evidence model (whole passages, best first)."""
+
+
+def make_assess_evidence(bindings: Bindings) -> NodeFn:
+    """Build the node bound to ``bindings``."""
+
+    async def assess_evidence(
+        state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Judge the evidence; plan a follow-up round when it falls short."""
+        context = runtime.context or Context()
+        left = remaining_seconds(state.get("started_at"), context)
+        if left <= 0:
+            return {"round_to_search": None, "timed_out": True}
+        runtime.stream_writer({"event": "assessing", "passages": len(state.get("ranked") or [])})
+        result, entry = await _assess(bindings, state, context, config, left)
+        evidence = _to_evidence(result)
+        update: dict[str, Any] = {
+            "evidence": evidence,
+            "activity_log": [entry],
+            "round_to_search": None,
+        }
+        iteration = state.get("iteration") or 0
+        if evidence.is_sufficient or iteration >= context.max_iterations:
+            return update
+        followups = _followups(bindings, state, context, evidence, iteration + 1)
+        if followups:
+            runtime.stream_writer({"event": "following_up", "subqueries": len(followups)})
+            update.update(
+                subqueries=followups, iteration=iteration + 1, round_to_search=iteration + 1
+            )
+        return update
+
+    return assess_evidence
+
+
+async def _assess(
+    bindings: Bindings,
+    state: RetrievalState,
+    context: Context,
+    config: RunnableConfig,
+    left: float,
+) -> tuple[EvidenceAssessment | None, Any]:
+    model = bindings.models.resolve("evidence", context)
+    previous = "; ".join(s.text for s in state.get("subqueries") or []) or "none"
+    prompt = context.evidence_prompt.format(
+        today=today(), max_subqueries=context.max_subqueries, previous_queries=previous
+    )
+    passages = format_passages(state.get("ranked") or [], EVIDENCE_PASSAGE_CHARS)
+    question = last_user_text(state.get("messages") or []) or "; ".join(
+        state.get("intents") or []
+    )
+    wall, clock = time.time(), time.perf_counter()
+    result = await structured_call(
+        model,
+        EvidenceAssessment,
+        [
+            SystemMessage(prompt),
+            HumanMessage(f"Question: {question}\n\nPassages:\n{passages or '(none found)'}"),
+        ],
+        config=config,
+        timeout=left,
+    )
+    value = result.value
+    entry = model_entry(
+        f"evidence:{state.get('iteration') or 0}",
+        "modelEvidenceAssessment",
+        started_wall=wall,
+        started=clock,
+        usage=result.usage,
+        error=result.error if value is None else None,
+        isSufficient=value.is_sufficient if value else True,
+        confidence=value.confidence if value else None,
+        followupQueries=value.followup_queries if value else [],
+    )
+    return value, entry
+
+
+def _to_evidence(result: EvidenceAssessment | None) -> Evidence:
+    if result is None:  # degrade: treat as sufficient and answer from what we have
+        return Evidence(is_sufficient=True, confidence=0.0)
+    return Evidence(
+        is_sufficient=result.is_sufficient,
+        confidence=result.confidence,
+        key_points=[KeyPoint(point=k.point, ref_ids=k.ref_ids) for k in result.key_points],
+        missing_information=result.missing_information,
+        followup_queries=result.followup_queries,
+    )
+
+
+def _followups(
+    bindings: Bindings, state: RetrievalState, context: Context, evidence: Evidence, round_no: int
+) -> list[Subquery]:
+    """The next round's subqueries: new texts only, over the sources the first round used."""
+    params = source_params(state)
+    allowed = allowed_sources(bindings, context, params)
+    used = {s for q in state.get("subqueries") or [] for s in q.sources}
+    sources = tuple(n for n in allowed if n in used) or tuple(allowed)
+    always = [n for n in allowed if n in params and params[n].always_query_source]
+    asked = {" ".join(q.text.casefold().split()) for q in state.get("subqueries") or []}
+    fresh = [
+        Subquery(id=f"q{round_no}.{i}", text=text.strip(), sources=sources, round=round_no)
+        for i, text in enumerate(evidence.followup_queries)
+        if text.strip() and " ".join(text.casefold().split()) not in asked
+    ]
+    return resolve_subqueries(fresh, sources, always, context.max_subqueries)

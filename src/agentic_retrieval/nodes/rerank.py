@@ -1,0 +1,156 @@
+"""``rerank``: merge every round's hits, dedupe, score on the 0-4 scale, keep the best.
+
+Duplicates are the same document key from the same source (retrieved by several subqueries)
+or near-identical text (5-word shingle Jaccard ≥ 0.9, e.g. one passage indexed twice). Each
+candidate is scored against every subquery that retrieved it and keeps its best score, as
+Azure's semantic ranker scores a document against the query that found it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from agentic_retrieval.activity import elapsed_ms, error_detail
+from agentic_retrieval.bindings import Bindings
+from agentic_retrieval.context import Context
+from agentic_retrieval.nodes.plan_queries import source_params
+from agentic_retrieval.nodes.route_intent import NodeFn
+from agentic_retrieval.rerankers.base import Reranker, clamp_score
+from agentic_retrieval.rerankers.lexical import LexicalReranker
+from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState, RetrievedHit
+from agentic_retrieval.text import jaccard, shingles
+
+logger = logging.getLogger(__name__)
+NEAR_DUPLICATE_JACCARD = 0.9
+
+
+def make_rerank(bindings: Bindings) -> NodeFn:
+    """Build the node bound to ``bindings``."""
+
+    async def rerank(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Rank all candidates retrieved so far."""
+        context = runtime.context or Context()
+        wall, clock = time.time(), time.perf_counter()
+        candidates, queries = unique_candidates(state.get("hits") or [])
+        candidates = candidates[: context.max_docs_for_reranker]
+        runtime.stream_writer({"event": "reranking", "candidates": len(candidates)})
+        scores, error, usage = await _score(bindings.reranker, candidates, queries)
+        params = source_params(state)
+        ranked: list[tuple[float, RetrievedHit]] = []
+        for hit in candidates:
+            score = scores.get((hit.source, hit.doc_key), 0.0)
+            threshold = params[hit.source].reranker_threshold if hit.source in params else None
+            threshold = context.reranker_threshold if threshold is None else threshold
+            if threshold is None or score >= threshold:
+                ranked.append((score, hit))
+        ranked.sort(key=lambda pair: (-pair[0], -pair[1].score))
+        selection = [
+            RankedHit(**hit.model_dump(), ref_id=i, final_score=round(score, 4))
+            for i, (score, hit) in enumerate(ranked[: context.top_n])
+        ]
+        record: dict[str, Any] = {
+            "type": "semanticReranker",
+            "reranker": bindings.reranker.name,
+            "candidateCount": len(candidates),
+            "keptCount": len(selection),
+            "elapsedMs": elapsed_ms(clock),
+            **usage,
+        }
+        if error:
+            record["error"] = error
+        round_no = state.get("iteration") or 0
+        entry = ActivityEntry(key=f"rerank:{round_no}", started=wall, record=record)
+        return {"ranked": selection, "activity_log": [entry]}
+
+    return rerank
+
+
+def unique_candidates(
+    hits: Sequence[RetrievedHit],
+) -> tuple[list[RetrievedHit], dict[tuple[str, str], set[str]]]:
+    """Deduplicate hits; return candidates (best source rank first) and their queries.
+
+    Returns:
+        The unique candidates and, per ``(source, doc_key)``, the query texts that found it.
+    """
+    rank: dict[tuple[str, str], int] = {}
+    per_list: dict[str, int] = defaultdict(int)
+    queries: dict[tuple[str, str], set[str]] = defaultdict(set)
+    first: dict[tuple[str, str], RetrievedHit] = {}
+    for hit in hits:
+        position = per_list[hit.activity_key]
+        per_list[hit.activity_key] += 1
+        key = (hit.source, hit.doc_key)
+        queries[key].add(hit.query)
+        if key not in first:
+            first[key] = hit
+            rank[key] = position
+        else:
+            rank[key] = min(rank[key], position)
+    ordered = sorted(first.values(), key=lambda h: (rank[(h.source, h.doc_key)], -h.score))
+    kept: list[RetrievedHit] = []
+    kept_shingles: list[frozenset[tuple[str, ...]]] = []
+    for hit in ordered:
+        sh = shingles(hit.content)
+        twin = next((k for k, s in zip(kept, kept_shingles, strict=True)
+                     if jaccard(sh, s) >= NEAR_DUPLICATE_JACCARD), None)
+        if twin is not None:
+            queries[(twin.source, twin.doc_key)] |= queries[(hit.source, hit.doc_key)]
+            continue
+        kept.append(hit)
+        kept_shingles.append(sh)
+    return kept, queries
+
+
+async def _score(
+    reranker: Reranker,
+    candidates: list[RetrievedHit],
+    queries: dict[tuple[str, str], set[str]],
+) -> tuple[dict[tuple[str, str], float], dict[str, str] | None, dict[str, int]]:
+    """Score candidates per query (concurrently) and keep each one's best score."""
+    by_query: dict[str, list[RetrievedHit]] = defaultdict(list)
+    for hit in candidates:
+        for query in sorted(queries[(hit.source, hit.doc_key)]):
+            by_query[query].append(hit)
+    error = None
+    try:
+        results = await asyncio.gather(
+            *(_score_one(reranker, q, group) for q, group in by_query.items())
+        )
+    except Exception as exc:  # a failing reranker degrades to lexical scores
+        logger.warning("reranker %s failed, falling back to lexical: %s", reranker.name, exc)
+        error = error_detail("RerankerError", f"{type(exc).__name__}: {exc}")
+        fallback = LexicalReranker()
+        results = [await _score_one(fallback, q, g) for q, g in by_query.items()]
+    best: dict[tuple[str, str], float] = {}
+    usage = {"inputTokens": 0, "outputTokens": 0}
+    for (group, scores, used) in results:
+        for key in usage:
+            usage[key] += used.get(key, 0)
+        for hit, score in zip(group, scores, strict=True):
+            key = (hit.source, hit.doc_key)
+            best[key] = max(best.get(key, 0.0), clamp_score(score))
+    return best, error, {k: v for k, v in usage.items() if v}
+
+
+async def _score_one(
+    reranker: Reranker, query: str, group: list[RetrievedHit]
+) -> tuple[list[RetrievedHit], list[float], dict[str, int]]:
+    with_usage = getattr(reranker, "ascore_with_usage", None)
+    if with_usage is not None:
+        scores, usage = await with_usage(query, group)
+    else:
+        scores, usage = await reranker.ascore(query, group), {}
+    if len(scores) != len(group):
+        raise ValueError(f"reranker returned {len(scores)} scores for {len(group)} hits")
+    return group, list(scores), {
+        "inputTokens": int(usage.get("input_tokens", usage.get("inputTokens", 0)) or 0),
+        "outputTokens": int(usage.get("output_tokens", usage.get("outputTokens", 0)) or 0),
+    }

@@ -1,0 +1,112 @@
+"""``respond``: assemble the caller's output (response, references, activity).
+
+Assigns activity ids in start order, links each reference to the activity record of the
+search that found it, applies the per-source ``includeReferences`` /
+``includeReferenceSourceData`` switches, and appends the reply to the conversation.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langgraph.runtime import Runtime
+
+from agentic_retrieval.activity import error_detail, finalize, total_usage
+from agentic_retrieval.bindings import Bindings
+from agentic_retrieval.context import Context
+from agentic_retrieval.conversation import remaining_seconds
+from agentic_retrieval.models import KnowledgeSourceParams
+from agentic_retrieval.nodes.plan_queries import source_params
+from agentic_retrieval.nodes.route_intent import NodeFn
+from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState
+
+
+def make_respond(bindings: Bindings) -> NodeFn:
+    """Build the node bound to ``bindings``."""
+
+    async def respond(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Build the output state."""
+        context = runtime.context or Context()
+        entries = list(state.get("activity_log") or [])
+        timed_out = bool(state.get("timed_out")) or (
+            remaining_seconds(state.get("started_at"), context) < 0
+        )
+        entries += _summary_entries(state, context, timed_out)
+        records, ids = finalize(entries)
+        if not state.get("needs_retrieval", True):
+            text = state.get("assistant_message") or ""
+            references: list[dict[str, Any]] = []
+        else:
+            text = state.get("response") or "[]"
+            grounded = set(state.get("grounded_ref_ids") or [])
+            ranked = [h for h in state.get("ranked") or [] if h.ref_id in grounded]
+            references = _references(bindings, ranked, ids, source_params(state))
+        runtime.stream_writer({"event": "done", "references": len(references)})
+        return {
+            "response": text,
+            "references": references,
+            "activity": records,
+            "messages": [AIMessage(content=text)],
+            "timed_out": timed_out,
+        }
+
+    return respond
+
+
+def _summary_entries(
+    state: RetrievalState, context: Context, timed_out: bool
+) -> list[ActivityEntry]:
+    now = time.time()
+    entries = []
+    logged = state.get("activity_log") or []
+    if context.reasoning_effort != "minimal" and not state.get("intents"):
+        usage = total_usage(logged)
+        entries.append(ActivityEntry(key="reasoning", started=now, record={
+            "type": "agenticReasoning",
+            "retrievalReasoningEffort": {"kind": context.reasoning_effort},
+            "reasoningTokens": usage.reasoning_tokens,
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "iterations": state.get("iteration") or 0,
+        }))
+    if timed_out:
+        message = (
+            f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed; "
+            "the response holds what was ready"
+        )
+        entries.append(ActivityEntry(key="timeout", started=now + 1e-6, record={
+            "type": "runtimeLimit", "error": error_detail("Timeout", message)
+        }))
+    return entries
+
+
+def _references(
+    bindings: Bindings,
+    ranked: list[RankedHit],
+    ids: dict[str, int],
+    params: dict[str, KnowledgeSourceParams],
+) -> list[dict[str, Any]]:
+    references = []
+    for hit in ranked:
+        param = params.get(hit.source)
+        if param is not None and param.include_references is False:
+            continue
+        source = bindings.sources.get(hit.source)
+        reference: dict[str, Any] = {
+            "type": source.kind if source is not None else "searchIndex",
+            "id": str(hit.ref_id),
+            "activitySource": ids.get(hit.activity_key, 0),
+            "docKey": hit.doc_key,
+            "rerankerScore": hit.final_score,
+        }
+        if param is not None and param.include_reference_source_data:
+            reference["sourceData"] = {
+                "docKey": hit.doc_key,
+                "title": hit.title,
+                "content": hit.content,
+                **hit.metadata,
+            }
+        references.append(reference)
+    return references

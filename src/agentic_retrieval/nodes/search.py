@@ -1,0 +1,142 @@
+"""``search``: one subquery against one knowledge source (one ``Send`` task per pair).
+
+The task never raises: a source that fails, times out or rejects its filter produces an
+activity record with an ``error`` and marks the response partial, and the other tasks' hits
+still flow to ``rerank``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from agentic_retrieval.activity import elapsed_ms, error_detail
+from agentic_retrieval.bindings import Bindings
+from agentic_retrieval.context import Context
+from agentic_retrieval.models import KnowledgeSourceParams
+from agentic_retrieval.nodes.route_intent import NodeFn
+from agentic_retrieval.odata import ODataError, and_filters
+from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
+from agentic_retrieval.state import ActivityEntry, RetrievedHit, SearchTask, Subquery
+
+logger = logging.getLogger(__name__)
+
+
+def make_search(bindings: Bindings) -> NodeFn:
+    """Build the node bound to ``bindings``."""
+
+    async def search(task: SearchTask, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Run ``task`` and return its hits and activity record."""
+        source = bindings.sources[task.source]
+        key = f"search:{task.subquery.id}:{task.source}"
+        wall, clock = time.time(), time.perf_counter()
+        query = SearchQuery(
+            text=task.subquery.text, filter=task.filter, top=task.top, goal=task.subquery.goal
+        )
+        hits, error, deadline_hit = await _run(source, query, task)
+        record: dict[str, Any] = {
+            "type": source.kind,
+            "knowledgeSourceName": source.name,
+            "queryTime": dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(
+                timespec="milliseconds"
+            ).replace("+00:00", "Z"),
+            "count": len(hits),
+            "elapsedMs": elapsed_ms(clock),
+            f"{source.kind}Arguments": {
+                "search": query.text,
+                "filter": query.filter,
+                "top": query.top,
+            },
+        }
+        if error:
+            record["error"] = error
+        runtime.stream_writer(
+            {
+                "event": "searched",
+                "source": source.name,
+                "query": query.text,
+                "count": len(hits),
+                "elapsedMs": record["elapsedMs"],
+                "error": error["message"] if error else None,
+            }
+        )
+        retrieved = [
+            RetrievedHit(
+                **hit.model_dump(exclude={"source"}),
+                source=source.name,
+                subquery_id=task.subquery.id,
+                query=query.text,
+                activity_key=key,
+            )
+            for hit in hits
+        ]
+        update: dict[str, Any] = {
+            "hits": retrieved,
+            "activity_log": [ActivityEntry(key=key, started=wall, record=record)],
+        }
+        if error:
+            update["partial"] = True
+        if deadline_hit:
+            update["timed_out"] = True
+        return update
+
+    return search
+
+
+async def _run(
+    source: KnowledgeSource, query: SearchQuery, task: SearchTask
+) -> tuple[list[Hit], dict[str, str] | None, bool]:
+    """Search with the task's bounds; return hits, an error object, whether the run timed out."""
+    run_left = task.deadline - time.time()
+    bound = min(task.timeout, run_left)
+    if bound <= 0:
+        return [], error_detail("Timeout", "the run's time limit elapsed before searching"), True
+    try:
+        hits = await asyncio.wait_for(source.search(query), bound)
+    except TimeoutError:
+        deadline_hit = run_left <= task.timeout
+        limit = "the run's time limit" if deadline_hit else f"its {task.timeout:g} s timeout"
+        message = f"knowledge source '{source.name}' did not answer within {limit}"
+        return [], error_detail("Timeout", message), deadline_hit
+    except SourceError as exc:
+        return [], error_detail(exc.code, exc.message), False
+    except ODataError as exc:
+        return [], error_detail("InvalidFilter", str(exc)), False
+    except Exception as exc:  # any source bug must become a partial response, not a crash
+        logger.exception("knowledge source %r failed", source.name)
+        return [], error_detail("KnowledgeSourceError", f"{type(exc).__name__}: {exc}"), False
+    return list(hits)[: query.top], None, False
+
+
+def build_tasks(
+    subqueries: list[Subquery],
+    params: dict[str, KnowledgeSourceParams],
+    context: Context,
+    started_at: float,
+) -> list[SearchTask]:
+    """One task per (subquery, source), with the caller's filter ANDed with the planner's.
+
+    The caller's ``filterAddOn`` is a security boundary: it is always kept, and the
+    planner's filter can only narrow it.
+    """
+    deadline = started_at + context.max_runtime_seconds
+    tasks = []
+    for subquery in subqueries:
+        for source in subquery.sources:
+            caller = params[source].filter_add_on if source in params else None
+            tasks.append(
+                SearchTask(
+                    subquery=subquery,
+                    source=source,
+                    filter=and_filters(caller, subquery.filter),
+                    top=context.search_top,
+                    deadline=deadline,
+                    timeout=context.source_timeout_seconds,
+                )
+            )
+    return tasks

@@ -1,0 +1,103 @@
+"""``synthesize``: build the response from the ranked evidence.
+
+``extractiveData``: the grounding string, a JSON array of ``{ref_id, title, content}``
+bounded by ``max_output_size`` (whole lowest-ranked chunks dropped). ``answerSynthesis``: a
+Markdown answer from the answer model whose ``[ref_id:N]`` citations are checked against the
+references (unknown ids are stripped); with no evidence it says so without calling a model;
+when the model output cannot be parsed twice, or time is up, it degrades to the grounding
+string with an error record.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from agentic_retrieval import prompts
+from agentic_retrieval.activity import model_entry
+from agentic_retrieval.bindings import Bindings
+from agentic_retrieval.chat_models import structured_call
+from agentic_retrieval.citations import validate_citations
+from agentic_retrieval.context import Context
+from agentic_retrieval.conversation import last_user_text, remaining_seconds, today
+from agentic_retrieval.llm_schemas import SynthesizedAnswer
+from agentic_retrieval.nodes.route_intent import NodeFn
+from agentic_retrieval.passages import format_passages, grounding_string
+from agentic_retrieval.state import RankedHit, RetrievalState
+
+
+def make_synthesize(bindings: Bindings) -> NodeFn:
+    """Build the node bound to ``bindings``."""
+
+    async def synthesize(
+        state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """Produce the grounding string or the cited answer."""
+        context = runtime.context or Context()
+        ranked = state.get("ranked") or []
+        text, kept = grounding_string(ranked, context.max_output_size, context.max_output_tokens)
+        extractive = {"response": text, "grounded_ref_ids": [h.ref_id for h in kept]}
+        if context.output_mode == "extractiveData":
+            return extractive
+        question = last_user_text(state.get("messages") or []) or "; ".join(
+            state.get("intents") or []
+        )
+        if not ranked:
+            topic = f": {question}" if question else ""
+            return {"response": prompts.NO_EVIDENCE_ANSWER.format(topic=topic),
+                    "grounded_ref_ids": []}
+        left = remaining_seconds(state.get("started_at"), context)
+        if left <= 0:
+            return {**extractive, "timed_out": True}
+        runtime.stream_writer({"event": "answering", "passages": len(ranked)})
+        return await _answer(bindings, state, context, config, question, ranked, left, extractive)
+
+    return synthesize
+
+
+async def _answer(
+    bindings: Bindings,
+    state: RetrievalState,
+    context: Context,
+    config: RunnableConfig,
+    question: str,
+    ranked: list[RankedHit],
+    left: float,
+    extractive: dict[str, Any],
+) -> dict[str, Any]:
+    model = bindings.models.resolve("answer", context)
+    passages = format_passages(ranked, context.max_output_size)
+    shown = [h for h in ranked if f"[ref_id:{h.ref_id}]" in passages]
+    evidence = state.get("evidence")
+    missing = ""
+    if evidence is not None and not evidence.is_sufficient and evidence.missing_information:
+        missing = "\nKnown gaps in the passages: " + "; ".join(evidence.missing_information)
+    prompt = context.answer_prompt.format(today=today(), missing=missing, passages=passages)
+    wall, clock = time.time(), time.perf_counter()
+    result = await structured_call(
+        model,
+        SynthesizedAnswer,
+        [SystemMessage(prompt), HumanMessage(question)],
+        config=config,
+        timeout=left,
+    )
+    if result.value is None or not result.value.answer.strip():
+        entry = model_entry(
+            "answer", "modelAnswerSynthesis", started_wall=wall, started=clock,
+            usage=result.usage, error=result.error or "the answer was empty",
+        )
+        return {**extractive, "activity_log": [entry]}
+    answer, removed = validate_citations(result.value.answer, {h.ref_id for h in shown})
+    entry = model_entry(
+        "answer", "modelAnswerSynthesis", started_wall=wall, started=clock, usage=result.usage,
+        **({"removedCitations": removed} if removed else {}),
+    )
+    return {
+        "response": answer,
+        "grounded_ref_ids": [h.ref_id for h in shown],
+        "activity_log": [entry],
+    }

@@ -1,0 +1,49 @@
+"""Every prompt the graph sends, as named constants.
+
+They are the defaults of the matching :class:`~agentic_retrieval.context.Context` fields, so a
+run (or LangGraph Studio) can override any of them without code changes. Placeholders in
+braces are filled with ``str.format``.
+"""
+
+ROUTING_AND_PLANNING_PROMPT = """\
+You are the query planner of a retrieval system. Today is {today}.
+
+First decide whether answering the user's latest message needs a search of the knowledge \
+sources. It does NOT when the message is a greeting, thanks, small talk, or a question the \
+conversation itself already answers; then set needs_retrieval to false and write a short, \
+friendly assistant_message. Otherwise set needs_retrieval to true.
+
+When retrieval is needed, rewrite the conversation into at most {max_subqueries} focused \
+search queries. Each query must stand alone (resolve pronouns and references from the \
+conversation), target one aspect of the question, and use the vocabulary a document would \
+use. Give each a short retrieval goal. Choose, for each query, the knowledge sources most \
+likely to hold the answer, by name, from this list:
+{sources}
+Add an OData filter only when the user states an explicit constraint on a field listed for a \
+source (for example year ge 2020); otherwise leave filter empty. Never invent field names."""
+
+EVIDENCE_PROMPT = """\
+You judge whether retrieved passages are enough to answer a question. Today is {today}.
+
+Read the passages; each starts with its ref_id. Decide is_sufficient (can the question be \
+answered completely and only from these passages?) and a calibrated confidence between 0 \
+and 1. List the key points the passages establish, each with the ref_ids that support it. \
+If something needed is missing, say what in missing_information and propose at most \
+{max_subqueries} follow-up search queries that would find it (different wording from the \
+queries already run: {previous_queries}). Do not propose follow-ups when sufficient."""
+
+ANSWER_PROMPT = """\
+You answer questions using only the numbered passages below. Today is {today}.
+
+Write a concise Markdown answer. After every sentence that states a fact, cite the passage \
+it comes from as [ref_id:N], using only ref_ids that appear below. Do not use outside \
+knowledge. If the passages do not contain what is needed, say plainly what is missing \
+instead of guessing.{missing}
+
+Passages:
+{passages}"""
+
+NO_EVIDENCE_ANSWER = (
+    "I could not find information in the knowledge sources to answer this question{topic}."
+)
+"""The answer when retrieval returned nothing usable (no LLM call is made)."""

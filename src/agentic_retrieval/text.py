@@ -1,0 +1,47 @@
+"""Small text utilities shared by the in-memory source and the lexical reranker."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+STOPWORDS = frozenset(
+    """a an and are as at be but by can do does for from had has have how i if in into is it
+    its me my of on or our so than that the their them then there these they this to was we
+    were what when where which who why will with you your""".split()
+)
+
+
+def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
+    """Lower-case word tokens, accents folded, stopwords dropped.
+
+    Args:
+        text: Any text, including punctuation and query syntax.
+        drop_stopwords: Drop common English function words.
+
+    Returns:
+        The tokens in order of appearance.
+    """
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    words = _WORD.findall(folded)
+    if drop_stopwords:
+        return [w for w in words if w not in STOPWORDS]
+    return words
+
+
+def shingles(text: str, size: int = 5) -> frozenset[tuple[str, ...]]:
+    """Word n-grams of ``text`` (for near-duplicate detection)."""
+    words = tokenize(text, drop_stopwords=False)
+    if len(words) <= size:
+        return frozenset({tuple(words)})
+    return frozenset(tuple(words[i : i + size]) for i in range(len(words) - size + 1))
+
+
+def jaccard(a: frozenset[tuple[str, ...]], b: frozenset[tuple[str, ...]]) -> float:
+    """Jaccard similarity of two shingle sets."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
