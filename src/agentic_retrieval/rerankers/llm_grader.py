@@ -1,0 +1,234 @@
+"""LLM grader: a chat model grades passages 0-4 through structured output, in batches.
+
+Two modes:
+
+- ``listwise`` (default): one call per batch of ``batch_size`` passages; the model sees the
+  batch side by side (ids ``p1``, ``p2``...) and returns one grade per id
+  (:class:`ListwiseGrades`). Cheaper, and grades are consistent within a batch.
+- ``pointwise``: one call per passage (:class:`PointwiseGrade`); slower and more tokens, but
+  no passage is judged relative to its neighbours.
+
+Calls run concurrently, at most ``max_concurrency`` at a time.
+
+Mapping to the 0-4 scale: the model is asked for the semantic-ranker scale itself
+(:data:`GRADE_SCALE`), so its grade is used as is, clamped to [0, 4]; fractional grades are
+allowed. A passage missing from the model's answer scores 0.0 and a warning is logged; ids
+the model invents are ignored.
+
+Failure behaviour: each call is made with ``with_structured_output(schema, include_raw=True)``.
+If it raises or its output does not parse, it is retried once. If the retry fails too, that
+batch is scored by ``fallback`` (another :class:`~agentic_retrieval.rerankers.base.Reranker`,
+e.g. the lexical one) when one was given, else :class:`RerankError` is raised.
+
+Token usage: :meth:`LLMGraderReranker.ascore_with_usage` returns the scores and
+``{"inputTokens": ..., "outputTokens": ...}`` summed over every call of that invocation
+(failed attempts included, since they are paid for), read from the messages'
+``usage_metadata``; :attr:`LLMGraderReranker.last_usage` keeps the latest figures.
+
+The prompts are the module constants :data:`LISTWISE_GRADER_PROMPT` and
+:data:`POINTWISE_GRADER_PROMPT`; pass ``prompt=`` to override.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, Field
+
+from agentic_retrieval.rerankers.base import Reranker, clamp_score
+from agentic_retrieval.sources.base import Hit
+
+logger = logging.getLogger(__name__)
+
+GRADE_SCALE = """\
+4 = the passage answers the query directly and completely
+3 = relevant, answers part of the query
+2 = on the topic of the query but answers little of it
+1 = barely related
+0 = irrelevant"""
+
+LISTWISE_GRADER_PROMPT = f"""\
+You grade how well search-result passages answer a search query.
+
+Grade every passage on this scale:
+{GRADE_SCALE}
+
+Judge each passage on its own text only, not on what you know. Fractions such as 2.5 are
+allowed. Return exactly one grade for every passage id you are given, using the ids as shown
+(p1, p2, ...)."""
+"""System prompt of the listwise grader: the human message lists the query and passages."""
+
+POINTWISE_GRADER_PROMPT = f"""\
+You grade how well one search-result passage answers a search query.
+
+Use this scale:
+{GRADE_SCALE}
+
+Judge the passage on its own text only, not on what you know. Fractions such as 2.5 are
+allowed. Return the grade for the passage."""
+"""System prompt of the pointwise grader: the human message holds the query and one passage."""
+
+
+class PassageGrade(BaseModel):
+    """The grade of one passage."""
+
+    id: str = Field(description="The passage id exactly as given, e.g. p3.")
+    grade: float = Field(description="0 (irrelevant) to 4 (answers the query completely).")
+
+
+class ListwiseGrades(BaseModel):
+    """Grades for every passage in the list."""
+
+    grades: list[PassageGrade] = Field(description="One entry per passage id.")
+
+
+class PointwiseGrade(BaseModel):
+    """The grade of the single passage shown."""
+
+    grade: float = Field(description="0 (irrelevant) to 4 (answers the query completely).")
+
+
+class RerankError(RuntimeError):
+    """The grader could not produce scores and no fallback reranker was configured."""
+
+
+class LLMGraderReranker:
+    """Grades hits with a chat model on the 0-4 scale (see the module docstring).
+
+    Args:
+        model: A chat model that supports ``with_structured_output`` (tool calling).
+        mode: ``"listwise"`` (one call per batch) or ``"pointwise"`` (one call per passage).
+        batch_size: Passages per listwise call.
+        name: Shown in the ``semanticReranker`` activity record.
+        fallback: Scores a batch whose output fails to parse twice; ``None`` raises
+            :class:`RerankError` instead.
+        max_concurrency: Model calls in flight at once.
+        max_chars: Passage text is cut to this many characters in the prompt.
+        prompt: The system prompt (default: the module constant for ``mode``).
+
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        mode: Literal["listwise", "pointwise"] = "listwise",
+        batch_size: int = 10,
+        name: str | None = None,
+        fallback: Reranker | None = None,
+        max_concurrency: int = 4,
+        max_chars: int = 1500,
+        prompt: str | None = None,
+    ) -> None:
+        if mode not in ("listwise", "pointwise"):
+            raise ValueError(f"mode must be 'listwise' or 'pointwise', not {mode!r}")
+        if batch_size < 1 or max_concurrency < 1:
+            raise ValueError("batch_size and max_concurrency must be at least 1")
+        self.model = model
+        self.mode = mode
+        self.batch_size = batch_size if mode == "listwise" else 1
+        self.name = name or f"llm-grader-{mode}"
+        self.fallback = fallback
+        self.max_concurrency = max_concurrency
+        self.max_chars = max_chars
+        default = LISTWISE_GRADER_PROMPT if mode == "listwise" else POINTWISE_GRADER_PROMPT
+        self.prompt = prompt or default
+        schema = ListwiseGrades if mode == "listwise" else PointwiseGrade
+        self._structured = model.with_structured_output(schema, include_raw=True)
+        self.last_usage: dict[str, int] = {"inputTokens": 0, "outputTokens": 0}
+
+    async def ascore(self, query: str, hits: Sequence[Hit]) -> list[float]:
+        """Return one 0-4 grade per hit."""
+        scores, _ = await self.ascore_with_usage(query, hits)
+        return scores
+
+    async def ascore_with_usage(
+        self, query: str, hits: Sequence[Hit]
+    ) -> tuple[list[float], dict[str, int]]:
+        """Return the grades and the tokens this call used.
+
+        Returns:
+            The grades, in the order of ``hits``, and ``{"inputTokens", "outputTokens"}``.
+
+        Raises:
+            RerankError: A batch failed twice and there is no fallback reranker.
+
+        """
+        batches = [hits[i : i + self.batch_size] for i in range(0, len(hits), self.batch_size)]
+        gate = asyncio.Semaphore(self.max_concurrency)
+        results = await asyncio.gather(*(self._grade_batch(query, b, gate) for b in batches))
+        scores = [score for batch_scores, _ in results for score in batch_scores]
+        usage = {"inputTokens": 0, "outputTokens": 0}
+        for _, used in results:
+            for key in usage:
+                usage[key] += used[key]
+        self.last_usage = usage
+        return scores, usage
+
+    async def _grade_batch(
+        self, query: str, batch: Sequence[Hit], gate: asyncio.Semaphore
+    ) -> tuple[list[float], dict[str, int]]:
+        ids = [f"p{i + 1}" for i in range(len(batch))]
+        messages = [SystemMessage(self.prompt), HumanMessage(self._render(query, batch, ids))]
+        usage = {"inputTokens": 0, "outputTokens": 0}
+        problem = ""
+        for attempt in (1, 2):
+            async with gate:
+                parsed, problem = await self._call(messages, usage)
+            if parsed is not None:
+                return self._read(parsed, ids), usage
+            logger.warning("%s: attempt %d unusable: %s", self.name, attempt, problem)
+        if self.fallback is None:
+            raise RerankError(f"{self.name}: grader output unusable after a retry: {problem}")
+        logger.warning("%s: scoring %d passages with %s", self.name, len(batch), self.fallback.name)
+        return [clamp_score(s) for s in await self.fallback.ascore(query, batch)], usage
+
+    async def _call(
+        self, messages: list[BaseMessage], usage: dict[str, int]
+    ) -> tuple[BaseModel | None, str]:
+        """One model call; returns the parsed output (or None) and what went wrong."""
+        try:
+            result = await self._structured.ainvoke(messages)
+        except Exception as exc:  # any provider or parser error counts as one failed attempt
+            return None, f"{type(exc).__name__}: {exc}"
+        if not isinstance(result, dict):  # include_raw=True always yields a dict
+            return None, f"unexpected structured output {type(result).__name__}"
+        add_usage(usage, result.get("raw"))
+        parsed = result.get("parsed")
+        if parsed is None:
+            return None, str(result.get("parsing_error") or "no structured output")
+        return parsed, ""
+
+    def _render(self, query: str, batch: Sequence[Hit], ids: list[str]) -> str:
+        parts = [f"Query: {query}", ""]
+        for pid, hit in zip(ids, batch, strict=True):
+            title = f" {hit.title}" if hit.title else ""
+            parts.append(f"[{pid}]{title}\n{hit.content[: self.max_chars]}\n")
+        return "\n".join(parts)
+
+    def _read(self, parsed: BaseModel, ids: list[str]) -> list[float]:
+        if isinstance(parsed, PointwiseGrade):
+            return [clamp_score(parsed.grade)]
+        grades: dict[str, float] = {}
+        for item in getattr(parsed, "grades", []):
+            pid = item.id.strip().strip("[]")
+            grades.setdefault(pid, clamp_score(item.grade))
+        unknown = sorted(set(grades) - set(ids))
+        missing = [pid for pid in ids if pid not in grades]
+        if unknown:
+            logger.warning("%s: ignoring grades for unknown ids %s", self.name, unknown)
+        if missing:
+            logger.warning("%s: no grade for %s; scoring them 0", self.name, missing)
+        return [grades.get(pid, 0.0) for pid in ids]
+
+
+def add_usage(usage: dict[str, int], message: Any) -> None:
+    """Add a message's ``usage_metadata`` token counts to ``usage`` (in place)."""
+    metadata = getattr(message, "usage_metadata", None) or {}
+    usage["inputTokens"] += int(metadata.get("input_tokens", 0) or 0)
+    usage["outputTokens"] += int(metadata.get("output_tokens", 0) or 0)
