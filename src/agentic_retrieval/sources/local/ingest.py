@@ -1,0 +1,321 @@
+"""Index files and folders into a :class:`LocalStore`, incrementally.
+
+For every file: read it, hash it, and compare a fingerprint (content hash + ingest metadata +
+chunking settings + whether vectors are computed) with what the store holds. Unchanged files
+are skipped; new or changed files are loaded, chunked, embedded (when the store has an
+embedding model) and written in one transaction that replaces the file's previous chunks;
+indexed files that disappeared from an indexed folder are removed. A file that cannot be read
+is reported with the reason and skipped; the run goes on.
+
+Chunk ids are ``<slug>-<ordinal>``: the slug is the file's path relative to the folder given
+to :func:`index_paths` *including that folder's own name* (just the file name when a file is
+given directly), lower-cased with every run of non-alphanumerics turned into ``-``; e.g.
+``docs/HR/Leave Policy.md`` indexed through the folder ``docs`` gives ``docs-hr-leave-policy-md-0``,
+``-1``... A file keeps the slug it was first indexed with; if another file already owns a slug,
+the new one gets ``-<6 hex digits of the path's SHA-1>`` appended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.embeddings import Embeddings
+
+from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
+from agentic_retrieval.sources.local.loaders import (
+    SUPPORTED_EXTENSIONS,
+    LoadedDocument,
+    LoaderError,
+    load_file,
+)
+from agentic_retrieval.sources.local.store import (
+    ChunkRecord,
+    FileState,
+    LocalStore,
+    StoreError,
+    json_default,
+)
+
+logger = logging.getLogger(__name__)
+
+RESERVED_METADATA = frozenset({"source_path", "file_name", "title", "chunk", "page"})
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SLUG_JUNK = re.compile(r"[^a-z0-9]+")
+
+FileStatus = Literal["indexed", "unchanged", "failed", "deleted"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileFailure:
+    """A file that was skipped, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexProgress:
+    """Reported to the progress callback after each file."""
+
+    done: int
+    total: int
+    path: str
+    status: FileStatus
+
+
+ProgressCallback = Callable[[IndexProgress], None]
+
+
+@dataclass
+class IndexReport:
+    """What one indexing run did."""
+
+    indexed: list[str] = field(default_factory=list)
+    """Files (re)written: new, changed, or indexed with different metadata."""
+    unchanged: list[str] = field(default_factory=list)
+    failed: list[FileFailure] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    """Files inside indexed folders with an unsupported extension (not errors)."""
+    chunks_written: int = 0
+    chunks_deleted: int = 0
+    total_chunks: int = 0
+    """Chunks in the store after the run."""
+    elapsed_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether every file was read."""
+        return not self.failed
+
+    def summary(self) -> str:
+        """Return a one-line human summary."""
+        return (
+            f"{len(self.indexed)} indexed, {len(self.unchanged)} unchanged, "
+            f"{len(self.deleted)} deleted, {len(self.failed)} failed; "
+            f"{self.chunks_written} chunks written, {self.total_chunks} in the index "
+            f"({self.elapsed_seconds:.1f}s)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    path: Path
+    slug_hint: str
+    explicit: bool
+
+
+def index_paths(
+    store: LocalStore,
+    paths: Iterable[str | Path],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    embeddings: Embeddings | None = None,
+    progress: ProgressCallback | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    overlap: int = DEFAULT_OVERLAP,
+) -> IndexReport:
+    """Index files and folders (recursively) into ``store``.
+
+    Args:
+        store: The destination.
+        paths: Files and folders. Hidden files and folders (``.name``) are not walked.
+        metadata: Fields stored on every chunk of these files and filterable with OData
+            (names must be identifiers and not one of ``source_path``, ``file_name``,
+            ``title``, ``chunk``, ``page``).
+        embeddings: When given, each chunk's ``title + content`` is embedded for hybrid search.
+        progress: Called after each file.
+        chunk_size: Maximum chunk length in characters.
+        overlap: Characters of whole sentences repeated between consecutive chunks.
+
+    Returns:
+        The report; unreadable files are listed in ``failed`` rather than raised.
+
+    Raises:
+        ValueError: Invalid metadata names or values.
+    """
+    started = time.perf_counter()
+    user_metadata = _validate_metadata(metadata or {})
+    report = IndexReport()
+    candidates, roots = _collect(paths, report)
+    settings = {
+        "metadata": user_metadata,
+        "chunk_size": chunk_size,
+        "overlap": overlap,
+        "vectors": embeddings is not None,
+    }
+    indexer = _FileIndexer(store, user_metadata, embeddings, settings, chunk_size, overlap)
+    seen: set[str] = set()
+    total = len(candidates)
+    for done, candidate in enumerate(candidates, start=1):
+        key = str(candidate.path)
+        seen.add(key)
+        status = indexer.index(candidate, report)
+        if progress is not None:
+            progress(IndexProgress(done, total, key, status))
+    _remove_missing(store, roots, seen, report)
+    report.total_chunks = store.count_chunks()
+    report.elapsed_seconds = time.perf_counter() - started
+    logger.info("indexed %s: %s", store.path.name, report.summary())
+    return report
+
+
+def slugify(relative_path: str) -> str:
+    """``docs/HR/Leave Policy.md`` -> ``docs-hr-leave-policy-md``."""
+    return _SLUG_JUNK.sub("-", relative_path.lower()).strip("-") or "file"
+
+
+def _validate_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    for name in metadata:
+        if not isinstance(name, str) or not _FIELD_NAME.match(name):
+            raise ValueError(f"metadata field {name!r} is not a valid OData field name")
+        if name in RESERVED_METADATA:
+            raise ValueError(f"metadata field {name!r} is reserved for the store")
+    try:
+        return json.loads(json.dumps(dict(metadata), default=json_default, sort_keys=True))
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _collect(
+    paths: Iterable[str | Path], report: IndexReport
+) -> tuple[list[_Candidate], list[Path]]:
+    candidates: dict[Path, _Candidate] = {}
+    roots: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser().resolve()
+        if path.is_dir():
+            roots.append(path)
+            for file in _walk(path):
+                if file.suffix.lower() not in SUPPORTED_EXTENSIONS:
+                    report.ignored.append(str(file))
+                    continue
+                relative = Path(path.name) / file.relative_to(path)
+                candidates.setdefault(file, _Candidate(file, slugify(relative.as_posix()), False))
+        else:
+            # A missing explicit file is handled per file (deleted if it was indexed).
+            candidates.setdefault(path, _Candidate(path, slugify(path.name), True))
+    return list(candidates.values()), roots
+
+
+def _walk(root: Path) -> list[Path]:
+    files: list[Path] = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        files.extend(Path(directory) / n for n in sorted(names) if not n.startswith("."))
+    return files
+
+
+def _remove_missing(
+    store: LocalStore, roots: list[Path], seen: set[str], report: IndexReport
+) -> None:
+    prefixes = [str(root) + os.sep for root in roots]
+    for indexed in store.indexed_paths():
+        if indexed in seen or not any(indexed.startswith(p) for p in prefixes):
+            continue
+        report.chunks_deleted += store.delete_file(indexed)
+        report.deleted.append(indexed)
+
+
+class _FileIndexer:
+    """Indexes one candidate file at a time into the store."""
+
+    def __init__(
+        self,
+        store: LocalStore,
+        metadata: dict[str, Any],
+        embeddings: Embeddings | None,
+        settings: dict[str, Any],
+        chunk_size: int,
+        overlap: int,
+    ) -> None:
+        self.store = store
+        self.metadata = metadata
+        self.embeddings = embeddings
+        self.settings_json = json.dumps(settings, sort_keys=True)
+        self.chunk_size = chunk_size
+        self.overlap = overlap
+
+    def index(self, candidate: _Candidate, report: IndexReport) -> FileStatus:
+        key = str(candidate.path)
+        previous = self.store.file_state(key)
+        if candidate.explicit and not candidate.path.exists():
+            if previous is not None:
+                report.chunks_deleted += self.store.delete_file(key)
+                report.deleted.append(key)
+                return "deleted"
+            return self._fail(report, key, "file not found")
+        if candidate.explicit and candidate.path.suffix.lower() not in SUPPORTED_EXTENSIONS:
+            return self._fail(report, key, f"unsupported file type {candidate.path.suffix!r}")
+        try:
+            data = candidate.path.read_bytes()
+            stat = candidate.path.stat()
+        except OSError as exc:
+            return self._fail(report, key, f"cannot read: {exc.strerror or exc}")
+        content_hash = hashlib.sha256(data).hexdigest()
+        fingerprint = hashlib.sha256(f"{content_hash}\n{self.settings_json}".encode()).hexdigest()
+        if previous is not None and previous.fingerprint == fingerprint:
+            if previous.mtime != stat.st_mtime:
+                self.store.touch_file(key, stat.st_mtime)
+            report.unchanged.append(key)
+            return "unchanged"
+        try:
+            document = load_file(candidate.path, data)
+            slug = previous.slug if previous else self._free_slug(candidate)
+            chunks = self._chunks(candidate.path, slug, document)
+            if not chunks:
+                return self._fail(report, key, "no extractable text")
+            vectors = self._embed(chunks)
+            state = FileState(key, slug, content_hash, fingerprint, stat.st_mtime, stat.st_size,
+                              len(chunks))
+            self.store.replace_file(state, self.metadata, chunks, vectors)
+        except (LoaderError, StoreError) as exc:
+            return self._fail(report, key, str(exc))
+        report.indexed.append(key)
+        report.chunks_written += len(chunks)
+        return "indexed"
+
+    def _fail(self, report: IndexReport, key: str, reason: str) -> FileStatus:
+        logger.warning("skipping %s: %s", key, reason)
+        report.failed.append(FileFailure(key, reason))
+        return "failed"
+
+    def _free_slug(self, candidate: _Candidate) -> str:
+        owner = self.store.slug_owner(candidate.slug_hint)
+        if owner is None or owner == str(candidate.path):
+            return candidate.slug_hint
+        digest = hashlib.sha1(str(candidate.path).encode(), usedforsecurity=False).hexdigest()
+        return f"{candidate.slug_hint}-{digest[:6]}"
+
+    def _chunks(self, path: Path, slug: str, document: LoadedDocument) -> list[ChunkRecord]:
+        records: list[ChunkRecord] = []
+        for section in document.sections:
+            for text in chunk_text(section.text, self.chunk_size, self.overlap):
+                ordinal = len(records)
+                fields: dict[str, Any] = {
+                    **self.metadata,
+                    "source_path": str(path),
+                    "file_name": path.name,
+                    "title": document.title,
+                    "chunk": ordinal,
+                }
+                if section.page is not None:
+                    fields["page"] = section.page
+                records.append(ChunkRecord(f"{slug}-{ordinal}", ordinal, document.title, text,
+                                           section.page, fields))
+        return records
+
+    def _embed(self, chunks: list[ChunkRecord]) -> list[list[float]] | None:
+        if self.embeddings is None:
+            return None
+        texts = [f"{c.title}\n{c.content}" if c.title else c.content for c in chunks]
+        return self.embeddings.embed_documents(texts)

@@ -1,0 +1,113 @@
+"""The embedded default knowledge source: a :class:`LocalStore` behind the source protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+from agentic_retrieval.odata import Expr, ODataError, parse_filter
+from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
+from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
+from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
+from agentic_retrieval.sources.local.store import LocalStore, StoredHit
+
+logger = logging.getLogger(__name__)
+
+
+class LocalKnowledgeSource:
+    """Search one SQLite index: BM25, or BM25 + vectors fused with RRF when given embeddings.
+
+    Safe to search from many tasks, threads and event loops at once: every search runs its
+    blocking work (query embedding, SQLite) in a worker thread with that thread's own
+    connection.
+
+    Args:
+        name: The source name (``knowledgeSourceName``).
+        path: The SQLite file (created if missing).
+        description: What the source holds (the planner reads it).
+        embeddings: A LangChain ``Embeddings`` for hybrid search and for embedding chunks at
+            ingest; ``None`` for a lexical-only source.
+        chunk_size: Chunk length used by :meth:`index`.
+        overlap: Chunk overlap used by :meth:`index`.
+    """
+
+    kind = "local"
+
+    def __init__(
+        self,
+        name: str,
+        path: str | Path,
+        *,
+        description: str = "",
+        embeddings: Embeddings | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        overlap: int = DEFAULT_OVERLAP,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.embeddings = embeddings
+        self.chunk_size = chunk_size
+        self.overlap = overlap
+        self.store = LocalStore(path)
+        if embeddings is None:
+            logger.info("local source %r has no embeddings: lexical (BM25) search only", name)
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file."""
+        return self.store.path
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        """Return at most ``query.top`` hits for ``query``, best first.
+
+        Raises:
+            FilterNotSupportedError: When ``query.filter`` is not a valid OData filter.
+        """
+        filter_expr = self._parse_filter(query.filter)
+        return await asyncio.to_thread(self.search_sync, query.text, query.top, filter_expr)
+
+    def search_sync(self, text: str, top: int = 50, filter_expr: Expr | None = None) -> list[Hit]:
+        """Blocking search (what :meth:`search` runs in a worker thread)."""
+        vector = self.embeddings.embed_query(text) if self.embeddings and text.strip() else None
+        stored = self.store.search(text, top=top, filter_expr=filter_expr, query_vector=vector)
+        return [self._to_hit(hit) for hit in stored]
+
+    def index(
+        self,
+        paths: Iterable[str | Path],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> IndexReport:
+        """Index files and folders into this source (see :func:`index_paths`)."""
+        return index_paths(
+            self.store, paths, metadata=metadata, embeddings=self.embeddings,
+            progress=progress, chunk_size=self.chunk_size, overlap=self.overlap,
+        )
+
+    def close(self) -> None:
+        """Close the store's connections."""
+        self.store.close()
+
+    def _parse_filter(self, text: str | None) -> Expr | None:
+        if text is None or not text.strip():
+            return None
+        try:
+            return parse_filter(text)
+        except ODataError as exc:
+            raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
+
+    def _to_hit(self, hit: StoredHit) -> Hit:
+        return Hit(
+            doc_key=hit.id,
+            content=hit.content,
+            title=hit.title or None,
+            source=self.name,
+            score=hit.score,
+            metadata=hit.metadata,
+        )

@@ -1,0 +1,538 @@
+"""The on-disk index of one local knowledge source: a single SQLite file.
+
+Tables:
+
+- ``files``: one row per indexed file (absolute path, the slug its chunk ids start with,
+  content hash, a fingerprint of everything that shaped its chunks, mtime, size, metadata);
+- ``chunks``: one row per chunk (id, file, ordinal, title, content, page, metadata JSON with
+  every filterable field, optional float32 vector);
+- ``chunks_fts``: an FTS5 index over ``title`` and ``content`` (external content, kept in sync
+  by triggers), ranked by ``bm25`` with the title weighted 3x;
+- ``meta``: a ``generation`` counter bumped by every write, so readers know when their
+  in-memory vector matrix is stale, plus the embedding dimension.
+
+The database runs in WAL mode: readers (other threads, other processes) never block the
+indexer and see each file either entirely old or entirely new. Connections are per thread and
+hold nothing bound to an event loop, so the store can be searched from any thread or loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentic_retrieval.odata import Expr, to_sql
+
+logger = logging.getLogger(__name__)
+
+TITLE_WEIGHT = 3.0
+CONTENT_WEIGHT = 1.0
+RRF_K = 60
+MAX_QUERY_TERMS = 64
+_BUSY_TIMEOUT_MS = 30_000
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+# Dropped from queries only (the index keeps every word): on a large corpus a term that occurs
+# in nearly every chunk costs a full posting-list scan and adds almost nothing to BM25.
+QUERY_STOPWORDS = frozenset(
+    """a an and are as at be but by can do does for from had has have how i if in into is it
+    its me my of on or our so than that the their them then there these they this to was we
+    were what when where which who why will with you your""".split()
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE,
+    slug TEXT NOT NULL UNIQUE,
+    content_hash TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    mtime REAL NOT NULL,
+    size INTEGER NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    chunk_count INTEGER NOT NULL,
+    indexed_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    rid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    file_id INTEGER NOT NULL REFERENCES files(id),
+    ordinal INTEGER NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    content TEXT NOT NULL,
+    page INTEGER,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    vector BLOB
+);
+CREATE INDEX IF NOT EXISTS chunks_by_file ON chunks(file_id, ordinal);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    title, content, content='chunks', content_rowid='rid',
+    tokenize='unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, title, content) VALUES (new.rid, new.title, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
+    VALUES ('delete', old.rid, old.title, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE OF title, content ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
+    VALUES ('delete', old.rid, old.title, old.content);
+    INSERT INTO chunks_fts(rowid, title, content) VALUES (new.rid, new.title, new.content);
+END;
+INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
+"""
+
+
+class StoreError(RuntimeError):
+    """The store file is unusable (wrong schema, mismatched vector dimension...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """A chunk ready to be written."""
+
+    id: str
+    ordinal: int
+    title: str
+    content: str
+    page: int | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """What the store remembers about an indexed file."""
+
+    path: str
+    slug: str
+    content_hash: str
+    fingerprint: str
+    mtime: float
+    size: int
+    chunk_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHit:
+    """One search result, straight from the store."""
+
+    id: str
+    title: str
+    content: str
+    page: int | None
+    metadata: dict[str, Any]
+    score: float
+
+
+@dataclass(slots=True)
+class _VectorCache:
+    generation: int = -1
+    rids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+
+
+def json_default(value: Any) -> Any:
+    """Serialise metadata values JSON does not know (dates as ISO 8601, sets as lists)."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"metadata value of type {type(value).__name__} is not JSON serialisable")
+
+
+def metadata_column(path: str) -> str:
+    """Map an OData field path (already validated as ``ident(/ident)*``) to SQL."""
+    return "json_extract(c.metadata, '$." + path.replace("/", ".") + "')"
+
+
+def fts_match_expression(text: str) -> str | None:
+    """Turn arbitrary user text into a safe FTS5 query: quoted terms joined by ``OR``.
+
+    Operators (``AND``, ``NEAR``, ``-``, ``*``, ``:``, quotes, parentheses) in the user's text
+    become plain words or separators; nothing the user types can change the query's syntax.
+
+    Returns:
+        The MATCH expression, or ``None`` when the text has no word at all.
+
+    """
+    terms: list[str] = []
+    for token in _TOKEN.findall(text.casefold()):
+        if token not in terms:
+            terms.append(token)
+    content_terms = [t for t in terms if t not in QUERY_STOPWORDS] or terms
+    if not content_terms:
+        return None
+    return " OR ".join(f'"{term}"' for term in content_terms[:MAX_QUERY_TERMS])
+
+
+class LocalStore:
+    """A SQLite-backed chunk index with BM25 and optional dense-vector search.
+
+    Args:
+        path: The database file (created with its parent directory if missing).
+
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._vectors = _VectorCache()
+        self._vector_lock = threading.Lock()
+        self._closed = False
+        self._connection().executescript(_SCHEMA)
+        with self._write() as conn:
+            configured = conn.execute("SELECT v FROM chunks_fts_config WHERE k = 'rank'")
+            if configured.fetchone() is None:
+                conn.execute(
+                    "INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', ?)",
+                    (f"bm25({TITLE_WEIGHT}, {CONTENT_WEIGHT})",),
+                )
+
+    # ------------------------------------------------------------------ connections
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                check_same_thread=False,  # used by its own thread only; close() may run elsewhere
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self._connection())
+
+    def close(self) -> None:
+        """Close every connection this store opened (from any thread)."""
+        with self._lock:
+            self._closed = True
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def generation(self) -> int:
+        """Return the counter bumped by every committed write."""
+        row = self._connection().execute(
+            "SELECT value FROM meta WHERE key = 'generation'"
+        ).fetchone()
+        return int(row[0])
+
+    def file_state(self, path: str) -> FileState | None:
+        """Return what was indexed for ``path`` (an absolute path string), if anything."""
+        row = self._connection().execute(
+            "SELECT path, slug, content_hash, fingerprint, mtime, size, chunk_count "
+            "FROM files WHERE path = ?", (path,),
+        ).fetchone()
+        return FileState(*row) if row else None
+
+    def indexed_paths(self) -> list[str]:
+        """Every indexed file path, sorted."""
+        rows = self._connection().execute("SELECT path FROM files ORDER BY path")
+        return [r[0] for r in rows]
+
+    def slug_owner(self, slug: str) -> str | None:
+        """Return the path whose chunks use ``slug``, if any."""
+        row = self._connection().execute(
+            "SELECT path FROM files WHERE slug = ?", (slug,)
+        ).fetchone()
+        return row[0] if row else None
+
+    def chunk_ids(self) -> list[str]:
+        """Every chunk id, in file then chunk order."""
+        rows = self._connection().execute(
+            "SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id "
+            "ORDER BY f.path, c.ordinal"
+        )
+        return [r[0] for r in rows]
+
+    def count_chunks(self) -> int:
+        """Return the number of chunks in the index."""
+        return int(self._connection().execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def has_vectors(self) -> bool:
+        """Whether any chunk carries a vector."""
+        row = self._connection().execute(
+            "SELECT 1 FROM chunks WHERE vector IS NOT NULL LIMIT 1"
+        ).fetchone()
+        return row is not None
+
+    # ------------------------------------------------------------------ writes
+
+    def replace_file(
+        self,
+        state: FileState,
+        metadata: Mapping[str, Any],
+        chunks: Sequence[ChunkRecord],
+        vectors: Sequence[Sequence[float]] | None = None,
+    ) -> None:
+        """Replace everything indexed for ``state.path`` in one transaction.
+
+        Args:
+            state: The file's new bookkeeping row (its ``chunk_count`` is ignored).
+            metadata: The user metadata given at ingest time (stored for reference).
+            chunks: The file's chunks, in order.
+            vectors: One vector per chunk, or ``None`` for a lexical-only index.
+
+        Raises:
+            StoreError: When the vectors' dimension differs from the index's.
+
+        """
+        blobs = self._vector_blobs(vectors, len(chunks))
+        meta_json = json.dumps(dict(metadata), default=json_default, sort_keys=True)
+        with self._write() as conn:
+            self._delete_file_rows(conn, state.path)
+            cursor = conn.execute(
+                "INSERT INTO files(path, slug, content_hash, fingerprint, mtime, size, metadata, "
+                "chunk_count, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, datetime('now'))",
+                (state.path, state.slug, state.content_hash, state.fingerprint, state.mtime,
+                 state.size, meta_json, len(chunks)),
+            )
+            file_id = cursor.lastrowid
+            conn.executemany(
+                "INSERT INTO chunks(id, file_id, ordinal, title, content, page, metadata, vector) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (c.id, file_id, c.ordinal, c.title, c.content, c.page,
+                     json.dumps(dict(c.metadata), default=json_default, sort_keys=True), blob)
+                    for c, blob in zip(chunks, blobs, strict=True)
+                ],
+            )
+            if vectors:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('dimension', ?)",
+                    (str(len(vectors[0])),),
+                )
+            _bump_generation(conn)
+
+    def touch_file(self, path: str, mtime: float) -> None:
+        """Record a new mtime for an unchanged file (no generation bump: no content changed)."""
+        with self._write() as conn:
+            conn.execute("UPDATE files SET mtime = ? WHERE path = ?", (mtime, path))
+
+    def delete_file(self, path: str) -> int:
+        """Remove a file and its chunks; returns the number of chunks removed."""
+        with self._write() as conn:
+            removed = self._delete_file_rows(conn, path)
+            _bump_generation(conn)
+        return removed
+
+    def _delete_file_rows(self, conn: sqlite3.Connection, path: str) -> int:
+        row = conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+        if row is None:
+            return 0
+        removed = conn.execute("DELETE FROM chunks WHERE file_id = ?", (row[0],)).rowcount
+        conn.execute("DELETE FROM files WHERE id = ?", (row[0],))
+        return int(removed)
+
+    def _vector_blobs(
+        self, vectors: Sequence[Sequence[float]] | None, count: int
+    ) -> list[bytes | None]:
+        if vectors is None:
+            return [None] * count
+        if len(vectors) != count:
+            raise StoreError(f"{len(vectors)} vectors for {count} chunks")
+        array = np.asarray(vectors, dtype=np.float32)
+        if count and array.ndim != 2:
+            raise StoreError("vectors must all have the same dimension")
+        expected = self._dimension()
+        if count and expected is not None and array.shape[1] != expected:
+            raise StoreError(
+                f"embedding dimension {array.shape[1]} differs from the index's {expected}; "
+                "re-create the index to change embedding models"
+            )
+        return [row.tobytes() for row in array]
+
+    def _dimension(self) -> int | None:
+        row = self._connection().execute(
+            "SELECT value FROM meta WHERE key = 'dimension'"
+        ).fetchone()
+        return int(row[0]) if row else None
+
+    # ------------------------------------------------------------------ reads
+
+    def search(
+        self,
+        text: str,
+        *,
+        top: int = 50,
+        filter_expr: Expr | None = None,
+        query_vector: Sequence[float] | None = None,
+    ) -> list[StoredHit]:
+        """Search the index: BM25 alone, or BM25 and cosine fused by reciprocal rank.
+
+        Args:
+            text: The user's query; any characters are allowed.
+            top: Maximum number of hits.
+            filter_expr: A parsed OData filter over the chunk metadata.
+            query_vector: The embedded query; enables hybrid search when the index has vectors.
+
+        Returns:
+            Hits, best first. Scores are ``-bm25`` (higher is better) for lexical search and
+            RRF sums for hybrid search. With no usable words and no vector, the first chunks
+            (in file order) that pass the filter, scored 0.
+
+        """
+        if top <= 0:
+            return []
+        where, params = self._filter_sql(filter_expr)
+        depth = max(top, 50)
+        lexical = self._lexical(text, depth, where, params)
+        if query_vector is not None and self.has_vectors():
+            dense = self._dense(query_vector, depth, where, params)
+            ranked = reciprocal_rank_fusion([lexical, dense])[:top]
+        elif lexical is None:
+            ranked = self._browse(top, where, params)
+        else:
+            ranked = lexical[:top]
+        return self._fetch(ranked)
+
+    @staticmethod
+    def _filter_sql(filter_expr: Expr | None) -> tuple[str, list[Any]]:
+        if filter_expr is None:
+            return "1", []
+        return to_sql(filter_expr, metadata_column)
+
+    def _lexical(
+        self, text: str, depth: int, where: str, params: list[Any]
+    ) -> list[tuple[int, float]] | None:
+        match = fts_match_expression(text)
+        if match is None:
+            return None
+        rows = self._connection().execute(
+            "SELECT c.rid, -chunks_fts.rank FROM chunks_fts "
+            "JOIN chunks c ON c.rid = chunks_fts.rowid "
+            f"WHERE chunks_fts MATCH ? AND {where} ORDER BY chunks_fts.rank LIMIT ?",
+            [match, *params, depth],
+        )
+        return [(int(rid), float(score)) for rid, score in rows]
+
+    def _browse(self, top: int, where: str, params: list[Any]) -> list[tuple[int, float]]:
+        rows = self._connection().execute(
+            f"SELECT c.rid FROM chunks c WHERE {where} ORDER BY c.file_id, c.ordinal LIMIT ?",
+            [*params, top],
+        )
+        return [(int(r[0]), 0.0) for r in rows]
+
+    def _dense(
+        self, query_vector: Sequence[float], depth: int, where: str, params: list[Any]
+    ) -> list[tuple[int, float]]:
+        cache = self._vector_matrix()
+        if cache.matrix.shape[0] == 0:
+            return []
+        query = np.asarray(query_vector, dtype=np.float32)
+        if query.shape != (cache.matrix.shape[1],):
+            raise StoreError(
+                f"query vector has dimension {query.shape} but the index has "
+                f"{cache.matrix.shape[1]}: use the embedding model the index was built with"
+            )
+        norm = float(np.linalg.norm(query))
+        similarities = cache.matrix @ (query / norm if norm else query)
+        if where != "1":
+            allowed = [r[0] for r in self._connection().execute(
+                f"SELECT c.rid FROM chunks c WHERE {where}", params)]
+            mask = np.isin(cache.rids, np.asarray(allowed, dtype=np.int64))
+            similarities = np.where(mask, similarities, -np.inf)
+        count = min(depth, similarities.shape[0])
+        best = np.argpartition(-similarities, count - 1)[:count]
+        best = best[np.argsort(-similarities[best], kind="stable")]
+        return [(int(cache.rids[i]), float(similarities[i]))
+                for i in best if np.isfinite(similarities[i])]
+
+    def _vector_matrix(self) -> _VectorCache:
+        generation = self.generation()
+        with self._vector_lock:
+            if self._vectors.generation == generation:
+                return self._vectors
+            rows = self._connection().execute(
+                "SELECT rid, vector FROM chunks WHERE vector IS NOT NULL ORDER BY rid"
+            ).fetchall()
+            if rows:
+                matrix = np.vstack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
+                norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+                matrix = matrix / np.where(norms == 0, 1, norms)
+            else:
+                matrix = np.zeros((0, 0), dtype=np.float32)
+            rids = np.asarray([r for r, _ in rows], dtype=np.int64)
+            self._vectors = _VectorCache(generation, rids, matrix.astype(np.float32))
+            return self._vectors
+
+    def _fetch(self, ranked: Sequence[tuple[int, float]]) -> list[StoredHit]:
+        if not ranked:
+            return []
+        marks = ",".join("?" for _ in ranked)
+        rows = self._connection().execute(
+            f"SELECT rid, id, title, content, page, metadata FROM chunks WHERE rid IN ({marks})",
+            [rid for rid, _ in ranked],
+        ).fetchall()
+        by_rid = {row[0]: row for row in rows}
+        hits = []
+        for rid, score in ranked:
+            row = by_rid.get(rid)
+            if row is not None:  # deleted between ranking and fetching
+                hits.append(StoredHit(row[1], row[2], row[3], row[4], json.loads(row[5]), score))
+        return hits
+
+
+def reciprocal_rank_fusion(
+    rankings: Iterable[Sequence[tuple[int, float]] | None], k: int = RRF_K
+) -> list[tuple[int, float]]:
+    """Fuse ranked lists: each item scores ``sum(1 / (k + rank))`` over the lists (rank from 1).
+
+    Ties keep the order in which items were first seen.
+    """
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, (key, _) in enumerate(ranking or (), start=1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def _bump_generation(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
+    )
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` when the block raises)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        else:
+            self.conn.execute("ROLLBACK")
