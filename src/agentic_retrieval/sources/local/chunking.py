@@ -18,7 +18,7 @@ DEFAULT_CHUNK_SIZE = 1200
 DEFAULT_OVERLAP = 200
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+")
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?…])|(?<=[.!?…][\"')\]]))\s+")
 _SPACES = re.compile(r"[ \t\f\v\r\u00a0]+")
 
 

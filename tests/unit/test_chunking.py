@@ -1,0 +1,101 @@
+"""Chunk boundaries: paragraphs and sentences kept whole, overlap of whole sentences."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentic_retrieval.sources.local.chunking import chunk_text, normalize_text, split_sentences
+
+
+def sentence(i: int) -> str:
+    """A 49-character sentence: 'S07 word word ... word.'."""
+    return f"S{i:02d}" + " word" * 9 + "."
+
+
+def paragraph(first: int, count: int = 10) -> str:
+    return " ".join(sentence(i) for i in range(first, first + count))
+
+
+def test_sentence_helper_is_49_chars() -> None:
+    assert len(sentence(3)) == 49
+    assert len(paragraph(0)) == 499
+
+
+def test_short_text_is_one_normalized_chunk() -> None:
+    text = "  Title line  \n\n  First   line of a\nparagraph.  \n\n\n Second one. "
+    assert chunk_text(text) == ["Title line\n\nFirst line of a paragraph.\n\nSecond one."]
+
+
+def test_empty_text_has_no_chunks() -> None:
+    assert chunk_text("") == []
+    assert chunk_text(" \n\n \t ") == []
+
+
+def test_paragraphs_stay_whole_and_overlap_is_whole_sentences() -> None:
+    p1, p2, p3 = paragraph(0), paragraph(10), paragraph(20)
+    chunks = chunk_text(f"{p1}\n\n{p2}\n\n{p3}", size=1200, overlap=200)
+    # 4 sentences (4*49 + 3 = 199 chars) fit in the 200-char overlap, 5 would not.
+    carried = " ".join(sentence(i) for i in range(16, 20))
+    assert chunks == [f"{p1}\n\n{p2}", f"{carried}\n\n{p3}"]
+
+
+def test_long_paragraph_splits_between_sentences() -> None:
+    chunks = chunk_text(paragraph(0, 30), size=500, overlap=100)
+    expected_runs = [(0, 10), (8, 18), (16, 26), (24, 30)]
+    assert chunks == [" ".join(sentence(i) for i in range(a, b)) for a, b in expected_runs]
+    assert all(len(chunk) <= 500 for chunk in chunks)
+
+
+def test_no_overlap_when_disabled() -> None:
+    chunks = chunk_text(paragraph(0, 30), size=500, overlap=0)
+    assert chunks == [paragraph(0), paragraph(10), paragraph(20)]
+
+
+def test_whole_paragraph_wins_over_overlap() -> None:
+    p1 = paragraph(0, 14)  # 699 chars: more than half a chunk
+    p2 = paragraph(20, 21)  # 1049 chars: fits a chunk alone, not with 199 chars of overlap
+    assert chunk_text(f"{p1}\n\n{p2}", size=1200, overlap=200) == [p1, p2]
+
+
+def test_small_paragraph_moves_to_next_chunk_when_current_half_full() -> None:
+    p1 = paragraph(0, 14)  # 699
+    p2 = paragraph(20, 12)  # 599: does not fit after p1 (1300 > 1200)
+    chunks = chunk_text(f"{p1}\n\n{p2}", size=1200, overlap=0)
+    assert chunks == [p1, p2]
+
+
+def test_paragraph_is_split_when_current_chunk_is_mostly_empty() -> None:
+    p1 = paragraph(0, 2)  # 99 chars: under half a chunk, so p2 fills the rest
+    p2 = paragraph(10, 30)  # 1499
+    chunks = chunk_text(f"{p1}\n\n{p2}", size=1200, overlap=0)
+    first_run = " ".join(sentence(i) for i in range(10, 32))  # 22 sentences = 1099 chars
+    assert chunks[0] == f"{p1}\n\n{first_run}"
+    assert chunks[1] == " ".join(sentence(i) for i in range(32, 40))
+
+
+def test_sentence_longer_than_a_chunk_is_split_between_words() -> None:
+    words = " ".join(f"w{i:03d}" for i in range(100))  # 499 chars, no sentence end
+    chunks = chunk_text(words, size=100, overlap=0)
+    assert all(len(c) <= 100 for c in chunks)
+    assert " ".join(chunks) == words
+    assert chunks[0] == " ".join(f"w{i:03d}" for i in range(20))
+
+
+def test_word_longer_than_a_chunk_is_cut() -> None:
+    assert chunk_text("x" * 250, size=100, overlap=0) == ["x" * 100, "x" * 100, "x" * 50]
+
+
+def test_sentence_splitting_handles_quotes_and_marks() -> None:
+    assert split_sentences('He said "stop." Then left! Why? Fine') == [
+        'He said "stop."', "Then left!", "Why?", "Fine"
+    ]
+
+
+def test_normalize_text_joins_lines_of_a_paragraph() -> None:
+    assert normalize_text("a\r\nb  c\n \nd\u00a0e") == "a b c\n\nd e"
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(0, 0), (100, 100), (100, -1)])
+def test_invalid_settings_raise(size: int, overlap: int) -> None:
+    with pytest.raises(ValueError):
+        chunk_text("text", size=size, overlap=overlap)
