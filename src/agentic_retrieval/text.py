@@ -14,8 +14,21 @@ STOPWORDS = frozenset(
 )
 
 
+def stem(word: str) -> str:
+    """Porter's step 1a: fold English plurals (``passes``→``pass``, ``fees``→``fee``)."""
+    if len(word) <= 3 or not word.endswith("s"):
+        return word
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith("ies"):
+        return word[:-2]
+    if word.endswith(("ss", "us", "is")):
+        return word
+    return word[:-1]
+
+
 def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
-    """Lower-case word tokens, accents folded, stopwords dropped.
+    """Lower-case word tokens, accents folded, plurals folded, stopwords dropped.
 
     Args:
         text: Any text, including punctuation and query syntax.
@@ -28,8 +41,8 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
     words = _WORD.findall(folded)
     if drop_stopwords:
-        return [w for w in words if w not in STOPWORDS]
-    return words
+        return [stem(w) for w in words if w not in STOPWORDS]
+    return [stem(w) for w in words]
 
 
 def shingles(text: str, size: int = 5) -> frozenset[tuple[str, ...]]:

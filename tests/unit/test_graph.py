@@ -1,0 +1,479 @@
+"""The graph's behaviour per effort level and output mode, with scripted models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from agentic_retrieval import Context, KnowledgeBase, build_graph
+from agentic_retrieval.testing import ScriptedChatModel
+from tests.conftest import FailingSource, RecordingSource, SlowSource, user
+
+PLAN_TWO = {
+    "needs_retrieval": True,
+    "queries": [
+        {"query": "day pass price", "goal": "fare", "knowledge_sources": ["transit"]},
+        {"query": "bike late fee", "goal": "fee"},
+    ],
+}
+
+
+def kb_with(sources, script, **kwargs) -> tuple[KnowledgeBase, ScriptedChatModel]:
+    model = ScriptedChatModel(script=script)
+    return KnowledgeBase(sources, chat_model=model, **kwargs), model
+
+
+def types(response) -> list[str]:
+    return [r.type for r in response.activity]
+
+
+# --- minimal -------------------------------------------------------------------------------
+
+
+def test_minimal_makes_no_llm_call_and_searches_every_source(toy_source, faq_source):
+    model = ScriptedChatModel(script={})
+    kb = KnowledgeBase([toy_source, faq_source], chat_model=model)
+    response = kb.retrieve({"intents": [{"type": "semantic", "search": "day pass"}]})
+    assert model.script.count() == 0
+    assert response.status_code == 200
+    assert types(response) == ["searchIndex", "searchIndex", "semanticReranker"]
+    sources = {r.model_extra["knowledgeSourceName"] for r in response.activity[:2]}
+    assert sources == {"transit", "faq"}
+    grounding = json.loads(response.text)
+    assert [item["ref_id"] for item in grounding] == list(range(len(grounding)))
+    assert {r.doc_key for r in response.references} >= {"fares", "faq-refund"}
+    assert response.references[0].doc_key in {"fares", "faq-refund"}
+
+
+def test_minimal_with_messages_uses_last_user_message(toy_source):
+    kb = KnowledgeBase([toy_source])
+    response = kb.retrieve(
+        {
+            "messages": [user("hello"), user("when do trams stop running on saturday")],
+            "retrievalReasoningEffort": {"kind": "minimal"},
+        }
+    )
+    search = response.activity[0].model_extra["searchIndexArguments"]["search"]
+    assert search == "when do trams stop running on saturday"
+    assert response.references[0].doc_key == "hours"
+
+
+def test_minimal_works_without_any_model_configured(toy_source, monkeypatch):
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    kb = KnowledgeBase([toy_source])
+    response = kb.retrieve({"intents": [{"search": "lost items"}]})
+    assert response.references[0].doc_key == "lost"
+
+
+# --- low -----------------------------------------------------------------------------------
+
+
+def test_low_makes_exactly_one_planning_call_and_routes_sources(toy_source, faq_source):
+    transit, faq = RecordingSource(toy_source), RecordingSource(faq_source)
+    kb, model = kb_with([transit, faq], {"QueryPlan": [PLAN_TWO]})
+    response = kb.retrieve({"messages": [user("How much is a day pass and the bike late fee?")]})
+    assert model.script.count() == 1
+    assert types(response)[0] == "modelQueryPlanning"
+    planning = response.activity[0].model_extra
+    assert (planning["inputTokens"], planning["outputTokens"]) == (120, 30)
+    # "day pass price" was routed to transit only; "bike late fee" chose none -> all sources
+    assert [q.text for q in transit.queries] == ["day pass price", "bike late fee"]
+    assert [q.text for q in faq.queries] == ["bike late fee"]
+    keys = [r.doc_key for r in response.references]
+    assert keys[:2] == ["bike-fees", "fares"] or keys[:2] == ["fares", "bike-fees"]
+    assert "modelEvidenceAssessment" not in types(response)
+
+
+def test_low_respects_max_subqueries_and_always_query_source(toy_source, faq_source):
+    plan = {
+        "needs_retrieval": True,
+        "queries": [
+            {"query": f"query {i}", "knowledge_sources": ["transit"]} for i in range(5)
+        ],
+    }
+    transit, faq = RecordingSource(toy_source), RecordingSource(faq_source)
+    kb, _ = kb_with([transit, faq], {"QueryPlan": [plan]}, defaults=Context(max_subqueries=2))
+    kb.retrieve(
+        {
+            "messages": [user("anything")],
+            "knowledgeSourceParams": [
+                {"knowledgeSourceName": "transit"},
+                {"knowledgeSourceName": "faq", "alwaysQuerySource": True},
+            ],
+        }
+    )
+    assert [q.text for q in transit.queries] == ["query 0", "query 1"]
+    assert [q.text for q in faq.queries] == ["query 0", "query 1"]
+
+
+def test_no_retrieval_needed_replies_without_searching(toy_source):
+    source = RecordingSource(toy_source)
+    plan = {"needs_retrieval": False, "assistant_message": "Hello! Ask me about trams."}
+    kb, _ = kb_with([source], {"QueryPlan": [plan]})
+    response = kb.retrieve({"messages": [user("hi there")]})
+    assert response.text == "Hello! Ask me about trams."
+    assert response.references == []
+    assert source.queries == []
+
+
+def test_low_without_model_fails_naming_the_variable(toy_source, monkeypatch):
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    kb = KnowledgeBase([toy_source])
+    with pytest.raises(ValueError, match="AGENTIC_RETRIEVAL_CHAT_MODEL"):
+        kb.retrieve({"messages": [user("day pass?")]})
+
+
+# --- medium --------------------------------------------------------------------------------
+
+
+def test_medium_follows_up_once_then_answers(toy_source):
+    source = RecordingSource(toy_source)
+    script = {
+        "QueryPlan": [PLAN_TWO],
+        "EvidenceAssessment": [
+            {"is_sufficient": False, "confidence": 0.3,
+             "missing_information": ["saturday hours"],
+             "followup_queries": ["tram hours saturday", "day pass price"]},
+            {"is_sufficient": True, "confidence": 0.9},
+        ],
+    }
+    kb, model = kb_with([source], script)
+    response = kb.retrieve(
+        {"messages": [user("Fares, fees and Saturday hours?")],
+         "retrievalReasoningEffort": {"kind": "medium"}}
+    )
+    # the repeated "day pass price" follow-up is dropped; only the new query runs
+    assert [q.text for q in source.queries] == [
+        "day pass price", "bike late fee", "tram hours saturday"
+    ]
+    assert model.script.count("EvidenceAssessment") == 2
+    assert types(response) == [
+        "modelQueryPlanning", "searchIndex", "searchIndex", "semanticReranker",
+        "modelEvidenceAssessment", "searchIndex", "semanticReranker",
+        "modelEvidenceAssessment", "agenticReasoning",
+    ]
+    assert "hours" in [r.doc_key for r in response.references]
+    reasoning = response.activity[-1].model_extra
+    assert reasoning["iterations"] == 1
+    assert reasoning["inputTokens"] == 3 * 120
+
+
+def test_medium_loop_is_bounded_by_max_iterations(toy_source):
+    insufficient = {"is_sufficient": False, "confidence": 0.1}
+    script = {
+        "QueryPlan": [PLAN_TWO],
+        "EvidenceAssessment": [
+            {**insufficient, "followup_queries": [f"follow up {i}"]} for i in range(10)
+        ],
+    }
+    source = RecordingSource(toy_source)
+    kb, model = kb_with([source], script, defaults=Context(max_iterations=2))
+    response = kb.retrieve(
+        {"messages": [user("q")], "retrievalReasoningEffort": {"kind": "medium"}}
+    )
+    assert model.script.count("EvidenceAssessment") == 3  # round 0, 1, 2 then stop
+    assert [q.text for q in source.queries][2:] == ["follow up 0", "follow up 1"]
+    assert response.status_code == 200
+
+
+def test_medium_zero_iterations_never_loops(toy_source):
+    script = {
+        "QueryPlan": [PLAN_TWO],
+        "EvidenceAssessment": [{"is_sufficient": False, "confidence": 0.1,
+                                "followup_queries": ["more"]}],
+    }
+    source = RecordingSource(toy_source)
+    kb, _ = kb_with([source], script, defaults=Context(max_iterations=0))
+    kb.retrieve({"messages": [user("q")], "retrievalReasoningEffort": {"kind": "medium"}})
+    assert "more" not in [q.text for q in source.queries]
+
+
+# --- answer synthesis and citations ---------------------------------------------------------
+
+
+def test_answer_synthesis_keeps_valid_citations_and_strips_invented_ones(toy_source):
+    script = {
+        "QueryPlan": [PLAN_TWO],
+        "SynthesizedAnswer": [
+            {"answer": "A day pass costs 6 euros [ref_id:1]. Late fee is 1 euro [ref_id:0] "
+                       "[ref_id:7]. Also [ref_id: 0, 1]."}
+        ],
+    }
+    kb, _ = kb_with([toy_source], script)
+    response = kb.retrieve(
+        {"messages": [user("day pass and bike fee?")], "outputMode": "answerSynthesis"}
+    )
+    valid = {int(r.id) for r in response.references}
+    assert valid >= {0, 1}
+    assert "[ref_id:7]" not in response.text
+    assert "[ref_id:0][ref_id:1]" in response.text
+    synthesis = next(r for r in response.activity if r.type == "modelAnswerSynthesis")
+    assert synthesis.model_extra["removedCitations"] == [7]
+
+
+def test_answer_synthesis_with_no_evidence_says_so_without_a_model_call(toy_source):
+    plan = {"needs_retrieval": True, "queries": [{"query": "zzzz qqqq"}]}
+    kb, model = kb_with([toy_source], {"QueryPlan": [plan]})
+    response = kb.retrieve(
+        {"messages": [user("zzzz qqqq?")], "outputMode": "answerSynthesis"}
+    )
+    assert model.script.count("SynthesizedAnswer") == 0
+    assert "could not find" in response.text
+    assert response.references == []
+
+
+def test_minimal_with_answer_synthesis_is_rejected(toy_source):
+    kb = KnowledgeBase([toy_source])
+    with pytest.raises(ValueError, match="minimal"):
+        kb.retrieve(
+            {"intents": [{"search": "x"}], "retrievalReasoningEffort": {"kind": "minimal"},
+             "outputMode": "answerSynthesis"}
+        )
+
+
+# --- degradation on malformed output --------------------------------------------------------
+
+
+def test_malformed_plan_is_retried_once_then_falls_back_to_the_question(toy_source):
+    source = RecordingSource(toy_source)
+    kb, model = kb_with([source], {"QueryPlan": ["not json", {"needs_retrieval": "maybe?"}]})
+    response = kb.retrieve({"messages": [user("when do trams run")]})
+    assert model.script.count("QueryPlan") == 2
+    assert [q.text for q in source.queries] == ["when do trams run"]
+    planning = response.activity[0]
+    assert planning.type == "modelQueryPlanning"
+    assert planning.error.code == "ModelOutputInvalid"
+    assert planning.model_extra["inputTokens"] == 240  # both attempts are counted
+    assert response.references[0].doc_key == "hours"
+
+
+def test_malformed_plan_then_valid_retry_is_used(toy_source):
+    source = RecordingSource(toy_source)
+    kb, _ = kb_with([source], {"QueryPlan": ["oops", PLAN_TWO]})
+    response = kb.retrieve({"messages": [user("q")]})
+    assert [q.text for q in source.queries] == ["day pass price", "bike late fee"]
+    assert response.activity[0].error is None
+
+
+def test_malformed_evidence_degrades_to_sufficient(toy_source):
+    script = {"QueryPlan": [PLAN_TWO], "EvidenceAssessment": ["x", "y"]}
+    kb, _ = kb_with([toy_source], script)
+    response = kb.retrieve(
+        {"messages": [user("q")], "retrievalReasoningEffort": {"kind": "medium"}}
+    )
+    evidence = next(r for r in response.activity if r.type == "modelEvidenceAssessment")
+    assert evidence.error is not None
+    assert types(response).count("searchIndex") == 2  # no follow-up round
+    assert response.status_code == 200
+
+
+def test_malformed_answer_degrades_to_extractive(toy_source):
+    script = {"QueryPlan": [PLAN_TWO], "SynthesizedAnswer": ["a", RuntimeError("500 from provider")]}
+    kb, _ = kb_with([toy_source], script)
+    response = kb.retrieve({"messages": [user("q")], "outputMode": "answerSynthesis"})
+    grounding = json.loads(response.text)
+    assert grounding[0]["ref_id"] == 0
+    synthesis = next(r for r in response.activity if r.type == "modelAnswerSynthesis")
+    assert "RuntimeError" in synthesis.error.message
+
+
+# --- failing and slow sources, runtime limit -------------------------------------------------
+
+
+def test_failing_source_gives_partial_results_with_an_error_record(toy_source):
+    broken = FailingSource()
+    kb = KnowledgeBase([toy_source, broken])
+    response = kb.retrieve({"intents": [{"search": "day pass"}]})
+    assert response.partial and response.status_code == 206
+    failed = [r for r in response.activity if r.error is not None]
+    assert len(failed) == 1
+    assert failed[0].model_extra["knowledgeSourceName"] == "broken"
+    assert "backend unreachable" in failed[0].error.message
+    assert response.references[0].doc_key == "fares"
+
+
+def test_slow_source_is_cut_by_its_timeout(toy_source):
+    kb = KnowledgeBase(
+        [toy_source, SlowSource(delay=5)], defaults=Context(source_timeout_seconds=0.2)
+    )
+    response = kb.retrieve({"intents": [{"search": "day pass"}]})
+    slow = next(r for r in response.activity if r.model_extra.get("knowledgeSourceName") == "slow")
+    assert slow.error.code == "Timeout"
+    assert response.status_code == 206
+    assert [r.doc_key for r in response.references][0] == "fares"
+
+
+def test_max_runtime_bounds_the_whole_run(toy_source):
+    kb = KnowledgeBase([toy_source, SlowSource(delay=30)])
+    started = asyncio.new_event_loop().time()
+    response = kb.retrieve({"intents": [{"search": "day pass"}], "maxRuntimeInSeconds": 1})
+    elapsed = asyncio.new_event_loop().time() - started
+    assert elapsed < 5
+    assert response.timed_out
+    assert response.status_code == 206  # the fast source's results are returned
+    assert any(r.type == "runtimeLimit" for r in response.activity)
+    assert response.references[0].doc_key == "fares"
+
+
+def test_nothing_ready_before_max_runtime_is_a_408():
+    kb = KnowledgeBase([SlowSource(delay=30)])
+    response = kb.retrieve({"intents": [{"search": "x"}], "maxRuntimeInSeconds": 1})
+    assert response.status_code == 408
+    assert response.references == []
+
+
+# --- filters ----------------------------------------------------------------------------------
+
+
+def test_caller_filter_is_anded_with_planner_filter_never_replaced(toy_source):
+    source = RecordingSource(toy_source)
+    plan = {
+        "needs_retrieval": True,
+        "queries": [{"query": "tram", "filter": "year ge 2023"}, {"query": "bike"}],
+    }
+    kb, _ = kb_with([source], {"QueryPlan": [plan]})
+    response = kb.retrieve(
+        {
+            "messages": [user("q")],
+            "knowledgeSourceParams": [
+                {"knowledgeSourceName": "transit", "filterAddOn": "category ne 'bikes'"}
+            ],
+        }
+    )
+    assert [q.filter for q in source.queries] == [
+        "(category ne 'bikes') and (year ge 2023)",
+        "(category ne 'bikes')",
+    ]
+    assert "bike-fees" not in [r.doc_key for r in response.references]
+    searched = [r.model_extra["searchIndexArguments"]["filter"] for r in response.activity
+                if r.type == "searchIndex"]
+    assert searched[0] == "(category ne 'bikes') and (year ge 2023)"
+
+
+def test_invalid_caller_filter_is_a_request_error(toy_source):
+    kb = KnowledgeBase([toy_source])
+    with pytest.raises(ValueError, match="filterAddOn"):
+        kb.retrieve(
+            {"intents": [{"search": "x"}],
+             "knowledgeSourceParams": [{"knowledgeSourceName": "transit",
+                                        "filterAddOn": "year eq"}]}
+        )
+
+
+def test_unknown_source_is_rejected(toy_source):
+    kb = KnowledgeBase([toy_source])
+    with pytest.raises(LookupError, match="nope"):
+        kb.retrieve({"intents": [{"search": "x"}],
+                     "knowledgeSourceParams": [{"knowledgeSourceName": "nope"}]})
+
+
+# --- output size, references ------------------------------------------------------------------
+
+
+def test_max_output_size_drops_whole_lowest_ranked_chunks(toy_source):
+    kb = KnowledgeBase([toy_source])
+    full = kb.retrieve({"intents": [{"search": "tram day pass 30 minutes"}]})
+    items = json.loads(full.text)
+    assert len(items) >= 3
+    limit = len(json.dumps(items[:2], separators=(",", ":"), ensure_ascii=False))
+    cut = kb.retrieve({"intents": [{"search": "tram day pass 30 minutes"}],
+                       "maxOutputSize": limit})
+    assert len(cut.text) <= limit
+    assert json.loads(cut.text) == items[:2]
+    assert [r.id for r in cut.references] == ["0", "1"]
+
+
+def test_include_references_and_source_data_per_source(toy_source, faq_source):
+    kb = KnowledgeBase([toy_source, faq_source])
+    response = kb.retrieve(
+        {
+            "intents": [{"search": "day pass refunds"}],
+            "knowledgeSourceParams": [
+                {"knowledgeSourceName": "transit", "includeReferenceSourceData": True},
+                {"knowledgeSourceName": "faq", "includeReferences": False},
+            ],
+        }
+    )
+    grounding = json.loads(response.text)
+    assert len(grounding) > len(response.references)  # faq hits are grounded, not referenced
+    assert all(r.source_data and r.source_data["content"] for r in response.references)
+    activity = {r.id: r for r in response.activity}
+    for reference in response.references:
+        assert activity[reference.activity_source].model_extra["knowledgeSourceName"] == "transit"
+
+
+def test_reranker_threshold_drops_weak_candidates(toy_source):
+    kb = KnowledgeBase([toy_source])
+    response = kb.retrieve(
+        {"intents": [{"search": "tram day pass"}],
+         "knowledgeSourceParams": [{"knowledgeSourceName": "transit", "rerankerThreshold": 2.5}]}
+    )
+    assert [r.doc_key for r in response.references] == ["fares"]
+    assert all(r.reranker_score >= 2.5 for r in response.references)
+
+
+def test_include_activity_false_omits_activity(toy_source):
+    response = KnowledgeBase([toy_source]).retrieve(
+        {"intents": [{"search": "x tram"}], "includeActivity": False}
+    )
+    assert response.activity is None
+    assert "activity" not in response.to_wire()
+
+
+# --- the graph as a runnable ------------------------------------------------------------------
+
+
+def test_graph_invoke_stream_and_ainvoke(toy_source):
+    graph = build_graph([toy_source])
+    state = {"messages": [HumanMessage("day pass")]}
+    context = Context(reasoning_effort="minimal")
+    out = graph.invoke(state, context=context)
+    assert out["references"][0]["docKey"] == "fares"
+    assert out["messages"][-1].content == out["response"]
+    streamed = list(graph.stream(state, context=context, stream_mode="custom"))
+    events = [e["event"] for e in streamed]
+    assert events[0] == "searching" and "reranking" in events and events[-1] == "done"
+    assert asyncio.run(graph.ainvoke(state, context=context))["references"] == out["references"]
+    batch = graph.batch([state, state], context=context)
+    assert len(batch) == 2
+
+
+async def test_sync_invoke_works_inside_a_running_loop(toy_source):
+    kb = KnowledgeBase([toy_source])
+    response = kb.retrieve({"intents": [{"search": "lost items"}]})
+    assert response.references[0].doc_key == "lost"
+
+
+async def test_astream_yields_progress_then_response(toy_source):
+    script = {"QueryPlan": [PLAN_TWO]}
+    kb, _ = kb_with([toy_source], script)
+    events = [e async for e in kb.astream({"messages": [user("q")]})]
+    names = [e["event"] for e in events]
+    assert names[0] == "planning"
+    assert names.count("searched") == 2
+    assert names[-1] == "response" and events[-1]["status"] == 200
+
+
+def test_searches_run_concurrently(toy_source):
+    sources = [SlowSource(name=f"slow{i}", delay=0.3) for i in range(3)]
+    plan = {"needs_retrieval": True, "queries": [{"query": f"q{i}"} for i in range(3)]}
+    kb, _ = kb_with(sources, {"QueryPlan": [plan]})
+    loop = asyncio.new_event_loop()
+    started = loop.time()
+    response = kb.retrieve({"messages": [user("q")]})
+    elapsed = loop.time() - started
+    assert sum(1 for r in response.activity if r.type == "searchIndex") == 9
+    assert elapsed < 9 * 0.3 / 2  # sequential would take 2.7 s
+
+
+def test_retriever_returns_documents_with_ref_metadata(toy_source, faq_source):
+    retriever = KnowledgeBase([toy_source, faq_source]).as_retriever(k=2)
+    docs = retriever.invoke("day pass refund")
+    assert len(docs) == 2
+    assert docs[0].metadata["ref_id"] == 0
+    assert {d.metadata["knowledge_source"] for d in docs} <= {"transit", "faq"}
+    assert all(d.page_content and d.metadata["reranker_score"] is not None for d in docs)
+    assert docs[0].id == docs[0].metadata["doc_key"]
