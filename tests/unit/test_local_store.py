@@ -1,0 +1,349 @@
+"""The local SQLite store and source: BM25 against a reference, filters, hybrid, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.embeddings import Embeddings
+from rank_bm25 import BM25Okapi
+
+from agentic_retrieval.odata import compile_predicate, parse_filter
+from agentic_retrieval.sources.base import FilterNotSupportedError, KnowledgeSource, SearchQuery
+from agentic_retrieval.sources.local import LocalKnowledgeSource, LocalStore, StoreError
+from agentic_retrieval.sources.local.store import (
+    ChunkRecord,
+    FileState,
+    fts_match_expression,
+    reciprocal_rank_fusion,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+BM25_CORPUS = {
+    "d0": "solar panels convert sunlight into electricity for homes",
+    "d1": "wind turbines convert wind into electricity on farms and hills",
+    "d2": "the hydro dam stores water and releases it through turbines",
+    "d3": "electricity prices rise in winter when demand for heating peaks",
+    "d4": "heat pumps move heat from outside air into homes in winter",
+    "d5": "batteries store electricity from solar panels for use at night",
+    "d6": "the grid operator balances supply and demand every second",
+    "d7": "coal plants burn coal to boil water and drive steam turbines",
+    "d8": "nuclear reactors split atoms to make steam for turbines",
+    "d9": "tidal power uses the rise and fall of the sea",
+    "d10": "geothermal plants tap heat from deep underground rock",
+    "d11": "insulation keeps heat inside homes and lowers heating bills",
+}
+
+
+def add_raw(store: LocalStore, key: str, content: str, title: str = "", **metadata) -> None:
+    state = FileState(f"/virtual/{key}", key, key, key, 0.0, len(content), 1)
+    chunk = ChunkRecord(key, 0, title, content, None, {"title": title, **metadata})
+    store.replace_file(state, {}, [chunk])
+
+
+@pytest.fixture
+def bm25_store(tmp_path: Path) -> LocalStore:
+    store = LocalStore(tmp_path / "bm25.sqlite")
+    for key, text in BM25_CORPUS.items():
+        add_raw(store, key, text)
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["solar electricity", "turbines steam", "heat homes winter", "wind farms", "coal water"],
+)
+def test_bm25_matches_rank_bm25(bm25_store: LocalStore, query: str) -> None:
+    keys = list(BM25_CORPUS)
+    reference = BM25Okapi([re.findall(r"\w+", BM25_CORPUS[k]) for k in keys], k1=1.2, b=0.75)
+    expected = sorted(
+        ((s, k) for k, s in zip(keys, reference.get_scores(query.split()), strict=True) if s > 0),
+        key=lambda pair: -pair[0],
+    )
+    hits = bm25_store.search(query, top=5)
+    assert [h.id for h in hits] == [k for _, k in expected[:5]]
+    for hit, (score, _) in zip(hits, expected, strict=False):
+        assert math.isclose(hit.score, score, rel_tol=1e-6)
+
+
+def test_title_weighs_more_than_content(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "t.sqlite")
+    add_raw(store, "in-content", "a note that mentions pensions once among many other words")
+    add_raw(store, "in-title", "a note about many other words entirely", title="pensions")
+    assert [h.id for h in store.search("pensions")] == ["in-title", "in-content"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"', "*", "-", ":", "()", ")(", "NEAR", "NEAR(solar wind, 2)", "AND OR NOT",
+        "solar AND", "content:solar", '"unbalanced solar', "solar*", "-solar", "^solar",
+        "{solar}", "'; DROP TABLE chunks; --", "ünïcödé 日本語 ☃", "", "   ", "a\x00b",
+        "solar + wind = ?", "'''", "\\", "%_",
+    ],
+)
+def test_fts_special_characters_never_raise(bm25_store: LocalStore, query: str) -> None:
+    hits = bm25_store.search(query, top=3)
+    assert len(hits) <= 3
+    assert bm25_store.count_chunks() == len(BM25_CORPUS)
+
+
+def test_operators_in_queries_are_plain_words(bm25_store: LocalStore) -> None:
+    assert fts_match_expression('solar AND -"wind" NEAR(x)') == (
+        '"solar" OR "wind" OR "near" OR "x"'
+    )
+    assert [h.id for h in bm25_store.search("NOT solar*", top=2)] == ["d0", "d5"]
+    assert fts_match_expression("the and of") == '"the" OR "and" OR "of"'  # all stopwords
+    assert fts_match_expression("?!") is None
+
+
+def test_query_without_words_browses_in_order(bm25_store: LocalStore) -> None:
+    assert [h.id for h in bm25_store.search("*", top=3)] == ["d0", "d1", "d2"]
+    assert all(h.score == 0.0 for h in bm25_store.search("", top=3))
+
+
+FILTER_RECORDS = {
+    "r1": {"category": "guide", "year": 2019, "tags": ["hr", "benefits"], "active": True,
+           "published": "2019-05-01T10:00:00Z"},
+    "r2": {"category": "policy", "year": 2021, "tags": ["legal"], "active": False,
+           "published": "2021-06-01T00:00:00Z"},
+    "r3": {"category": "guide", "year": 2023, "tags": [], "rating": 4.5},
+    "r4": {"category": "it's", "year": 2024, "tags": ["hr"], "owner": {"name": "ann"}},
+}
+FILTERS = [
+    "category eq 'guide'",
+    "category ne 'guide' and year ge 2021",
+    "year gt 2020 or active",
+    "not active",
+    "tags/any(t: t eq 'hr')",
+    "tags/any()",
+    "tags/all(t: t ne 'legal')",
+    "search.in(category, 'policy,it''s')",
+    "published ge 2020-01-01T00:00:00Z",
+    "rating eq null",
+    "owner/name eq 'ann'",
+    "category eq 'guide' or year eq 2021 and active eq false",
+    "title eq 'Guide r3'",
+    "chunk eq 0 and year lt 2022",
+]
+
+
+@pytest.fixture
+def filter_store(tmp_path: Path) -> LocalStore:
+    store = LocalStore(tmp_path / "filters.sqlite")
+    for key, meta in FILTER_RECORDS.items():
+        add_raw(store, key, f"document {key} about guides", title=f"Guide {key}", chunk=0, **meta)
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("text", FILTERS)
+def test_sql_filter_equals_python_evaluator(filter_store: LocalStore, text: str) -> None:
+    everything = filter_store.search("", top=100)
+    predicate = compile_predicate(text)
+    expected = sorted(h.id for h in everything if predicate(h.metadata))
+    lexical = filter_store.search("document guides", top=100, filter_expr=parse_filter(text))
+    browsed = filter_store.search("", top=100, filter_expr=parse_filter(text))
+    assert sorted(h.id for h in lexical) == expected
+    assert sorted(h.id for h in browsed) == expected
+
+
+def test_filter_results_are_the_expected_ids(filter_store: LocalStore) -> None:
+    def ids(text: str) -> list[str]:
+        return sorted(h.id for h in filter_store.search("", filter_expr=parse_filter(text)))
+
+    assert ids("category eq 'guide'") == ["r1", "r3"]
+    assert ids("category eq 'guide' or year eq 2021 and active eq false") == ["r1", "r2", "r3"]
+    assert ids("tags/all(t: t ne 'legal')") == ["r1", "r3", "r4"]
+    assert ids("published ge 2020-01-01T00:00:00Z") == ["r2"]
+
+
+@pytest.mark.parametrize(
+    "value", ["'; DROP TABLE chunks; --", "x') OR 1=1 --", '" OR ""="', "Ωμέγα ☃"]
+)
+async def test_filter_injection_is_a_literal(tmp_path: Path, value: str) -> None:
+    source = LocalKnowledgeSource("s", tmp_path / "s.sqlite")
+    add_raw(source.store, "k1", "injection target text", category="safe")
+    literal = value.replace("'", "''")
+    hits = await source.search(SearchQuery(text="target", filter=f"category eq '{literal}'"))
+    assert hits == []
+    assert source.store.chunk_ids() == ["k1"]
+    assert [h.doc_key for h in await source.search(SearchQuery(text="target"))] == ["k1"]
+
+
+async def test_invalid_filter_raises_filter_error(tmp_path: Path) -> None:
+    source = LocalKnowledgeSource("s", tmp_path / "s.sqlite")
+    with pytest.raises(FilterNotSupportedError) as info:
+        await source.search(SearchQuery(text="x", filter="year eq"))
+    assert "position 7" in str(info.value)
+
+
+class ConceptEmbeddings(Embeddings):
+    """Deterministic fake: one dimension per concept, synonyms share a dimension."""
+
+    CONCEPTS = (
+        frozenset({"car", "cars", "automobile", "vehicle"}),
+        frozenset({"fee", "fees", "price", "cost", "euros"}),
+        frozenset({"rain", "storm", "weather"}),
+    )
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _vector(self, text: str) -> list[float]:
+        words = set(re.findall(r"\w+", text.lower()))
+        vector = [float(len(words & concept)) for concept in self.CONCEPTS] + [0.1]
+        norm = math.sqrt(sum(v * v for v in vector))
+        return [v / norm for v in vector]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        return [self._vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def test_hybrid_search_finds_synonyms_lexical_misses(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    write(docs / "car.txt", "The car needs new tires before winter.")
+    write(docs / "auto.txt", "Automobile insurance rules for drivers.")
+    write(docs / "fee.txt", "The late fee is five euros per day.")
+    lexical = LocalKnowledgeSource("lex", tmp_path / "lex.sqlite")
+    lexical.index([docs])
+    hybrid = LocalKnowledgeSource("hyb", tmp_path / "hyb.sqlite", embeddings=ConceptEmbeddings())
+    hybrid.index([docs])
+    query = SearchQuery(text="automobile", top=2)
+    assert [h.doc_key for h in await lexical.search(query)] == ["docs-auto-txt-0"]
+    hits = await hybrid.search(query)
+    assert [h.doc_key for h in hits] == ["docs-auto-txt-0", "docs-car-txt-0"]
+    assert hits[0].score == pytest.approx(1 / 61 + 1 / 61)  # first in both lists
+    filtered = await hybrid.search(
+        SearchQuery(text="automobile", filter="file_name ne 'auto.txt'", top=2))
+    assert [h.doc_key for h in filtered] == ["docs-car-txt-0", "docs-fee-txt-0"]
+
+
+async def test_vector_cache_refreshes_after_indexing(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    write(docs / "fee.txt", "The late fee is five euros per day.")
+    source = LocalKnowledgeSource("hyb", tmp_path / "h.sqlite", embeddings=ConceptEmbeddings())
+    source.index([docs])
+    first = await source.search(SearchQuery(text="storm", top=5))
+    assert [h.doc_key for h in first] == ["docs-fee-txt-0"]
+    write(docs / "weather.txt", "Heavy rain expected tonight.")
+    source.index([docs])
+    second = await source.search(SearchQuery(text="storm", top=5))
+    assert [h.doc_key for h in second] == ["docs-weather-txt-0", "docs-fee-txt-0"]
+
+
+def test_vector_dimension_mismatch_is_reported(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "v.sqlite")
+    state = FileState("/v/a", "a", "h", "f", 0.0, 1, 1)
+    store.replace_file(state, {}, [ChunkRecord("a-0", 0, "", "text")], [[1.0, 0.0]])
+    other = FileState("/v/b", "b", "h", "f", 0.0, 1, 1)
+    with pytest.raises(StoreError, match="dimension"):
+        store.replace_file(other, {}, [ChunkRecord("b-0", 0, "", "text")], [[1.0, 0.0, 0.0]])
+    with pytest.raises(StoreError, match="dimension"):
+        store.search("text", query_vector=[1.0, 0.0, 0.0])
+
+
+def test_reciprocal_rank_fusion() -> None:
+    fused = reciprocal_rank_fusion([[(1, 9.0), (2, 8.0)], [(2, 0.9), (3, 0.8)], None])
+    assert fused == [(2, 1 / 62 + 1 / 61), (1, 1 / 61), (3, 1 / 62)]
+
+
+async def test_many_concurrent_searches(tmp_path: Path) -> None:
+    source = LocalKnowledgeSource("energy", tmp_path / "e.sqlite", description="energy notes")
+    assert isinstance(source, KnowledgeSource)
+    for key, text in BM25_CORPUS.items():
+        add_raw(source.store, key, text)
+    queries = {"solar": "d0", "tidal sea": "d9", "geothermal rock": "d10", "nuclear atoms": "d8",
+               "grid operator": "d6", "insulation bills": "d11"}
+    tasks = [source.search(SearchQuery(text=q, top=1)) for q in queries for _ in range(10)]
+    results = await asyncio.gather(*tasks)
+    expected = [key for key in queries.values() for _ in range(10)]
+    assert [r[0].doc_key for r in results] == expected
+    assert all(r[0].source == "energy" for r in results)
+
+
+def test_search_from_fresh_event_loops_in_threads(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    source = LocalKnowledgeSource("energy", tmp_path / "e.sqlite")
+    for key, text in BM25_CORPUS.items():
+        add_raw(source.store, key, text)
+
+    def run(query: str) -> str:
+        return asyncio.run(source.search(SearchQuery(text=query, top=1)))[0].doc_key
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(run, ["solar", "tidal", "coal"] * 4)) == ["d0", "d9", "d7"] * 4
+    source.close()
+
+
+def test_lexical_only_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="agentic_retrieval.sources.local.source")
+    source = LocalKnowledgeSource("plain", tmp_path / "p.sqlite")
+    for _ in range(3):
+        source.search_sync("anything")
+    messages = [r.getMessage() for r in caplog.records if "lexical" in r.getMessage()]
+    assert messages == ["local source 'plain' has no embeddings: lexical (BM25) search only"]
+
+
+INDEXER = """
+import sys
+from pathlib import Path
+from agentic_retrieval.sources.local import LocalStore, index_paths
+store = LocalStore(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    index_paths(store, [Path(sys.argv[2]) / f"doc{i:03d}.txt"])
+"""
+
+
+@pytest.mark.slow
+def test_reader_while_another_process_indexes(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    count = 120
+    for i in range(count):
+        write(docs / f"doc{i:03d}.txt", f"Report {i}\n\nThe shared keyword zephyr appears. " * 3)
+    db = tmp_path / "shared.sqlite"
+    store = LocalStore(db)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    indexer = subprocess.Popen([sys.executable, "-c", INDEXER, str(db), str(docs), str(count)],
+                               env=env)
+    seen: list[int] = []
+    deadline = time.monotonic() + 120
+    try:
+        while indexer.poll() is None and time.monotonic() < deadline:
+            seen.append(len(store.search("zephyr", top=500)))
+        assert indexer.wait(timeout=max(1.0, deadline - time.monotonic())) == 0
+    finally:
+        if indexer.poll() is None:
+            indexer.kill()
+    assert seen == sorted(seen)  # every read saw whole committed files, never fewer
+    assert len(store.search("zephyr", top=500)) == count
+    assert len(seen) > 1
+
+
+def test_metadata_json_is_stored_with_sorted_keys(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "m.sqlite")
+    add_raw(store, "k", "text", zeta=1, alpha=2)
+    raw = store._connection().execute("SELECT metadata FROM chunks").fetchone()[0]
+    assert list(json.loads(raw)) == ["alpha", "title", "zeta"]
