@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import ipaddress
 import ssl
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -415,3 +416,34 @@ async def test_indexing_helper_creates_index_uploads_chunks_and_the_source_finds
         )
         hits = await source.search(SearchQuery(text="dental plan", filter="page ge 2"))
         assert [(h.doc_key, h.reranker_score) for h in hits] == [("plan-a", 4.0)]
+
+
+def test_missing_azure_extra_is_named(monkeypatch, standin: AzureSearchStandIn):
+    monkeypatch.setitem(sys.modules, "azure.search.documents", None)
+
+    with pytest.raises(ImportError, match=r"\[azure\] extra"):
+        make_source(standin)
+
+
+def test_no_credential_without_azure_identity_names_the_package(
+    monkeypatch, standin: AzureSearchStandIn
+):
+    monkeypatch.setitem(sys.modules, "azure.identity", None)
+
+    with pytest.raises(ImportError, match="azure-identity"):
+        make_source(standin, credential=None)
+
+
+def test_standin_also_serves_the_older_search_url(standin: AzureSearchStandIn):
+    # Older SDKs and REST clients POST to /indexes/{name}/docs/search; keep both forms honest.
+    import httpx
+
+    response = httpx.post(
+        f"{standin.endpoint}/indexes/earth/docs/search?api-version=2024-07-01",
+        headers={"api-key": KEY},
+        json={"search": "hurricanes", "select": "id,title", "top": 3},
+    )
+
+    assert response.status_code == 200
+    assert [v["id"] for v in response.json()["value"]] == ["storm-1"]
+    assert httpx.post(f"{standin.endpoint}/indexes/earth/docs/search", json={}).status_code == 401
