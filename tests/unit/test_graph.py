@@ -7,10 +7,10 @@ import json
 
 import pytest
 from langchain_core.messages import HumanMessage
+from tests.conftest import FailingSource, RecordingSource, SlowSource, user
 
 from agentic_retrieval import Context, KnowledgeBase, build_graph
 from agentic_retrieval.testing import ScriptedChatModel
-from tests.conftest import FailingSource, RecordingSource, SlowSource, user
 
 PLAN_TWO = {
     "needs_retrieval": True,
@@ -271,7 +271,10 @@ def test_malformed_evidence_degrades_to_sufficient(toy_source):
 
 
 def test_malformed_answer_degrades_to_extractive(toy_source):
-    script = {"QueryPlan": [PLAN_TWO], "SynthesizedAnswer": ["a", RuntimeError("500 from provider")]}
+    script = {
+        "QueryPlan": [PLAN_TWO],
+        "SynthesizedAnswer": ["a", RuntimeError("500 from provider")],
+    }
     kb, _ = kb_with([toy_source], script)
     response = kb.retrieve({"messages": [user("q")], "outputMode": "answerSynthesis"})
     grounding = json.loads(response.text)
@@ -303,7 +306,7 @@ def test_slow_source_is_cut_by_its_timeout(toy_source):
     slow = next(r for r in response.activity if r.model_extra.get("knowledgeSourceName") == "slow")
     assert slow.error.code == "Timeout"
     assert response.status_code == 206
-    assert [r.doc_key for r in response.references][0] == "fares"
+    assert next(r.doc_key for r in response.references) == "fares"
 
 
 def test_max_runtime_bounds_the_whole_run(toy_source):

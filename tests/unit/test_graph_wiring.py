@@ -1,0 +1,36 @@
+"""The wiring is deliberate: a change to the drawn graph must update the snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentic_retrieval import build_graph
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
+
+
+def test_mermaid_drawing_matches_the_snapshot():
+    drawn = build_graph([]).get_graph().draw_mermaid()
+    assert drawn == SNAPSHOT.read_text(), (
+        "graph wiring changed; if intended, regenerate tests/unit/snapshots/graph.mmd"
+    )
+
+
+def test_graph_has_the_designed_nodes_and_edges():
+    graph = build_graph([]).get_graph()
+    assert set(graph.nodes) == {
+        "__start__", "route_intent", "plan_queries", "search", "rerank",
+        "assess_evidence", "synthesize", "respond", "__end__",
+    }
+    edges = {(e.source, e.target) for e in graph.edges}
+    assert {
+        ("__start__", "route_intent"), ("route_intent", "plan_queries"),
+        ("route_intent", "respond"), ("plan_queries", "search"), ("search", "rerank"),
+        ("rerank", "assess_evidence"), ("rerank", "synthesize"),
+        ("assess_evidence", "search"), ("assess_evidence", "synthesize"),
+        ("synthesize", "respond"), ("respond", "__end__"),
+    } <= edges
+
+
+def test_graph_is_named():
+    assert build_graph([]).name == "agentic_retrieval"
