@@ -1,0 +1,217 @@
+"""The REST API: ``POST /knowledgebases/{name}/retrieve`` and friends, plus the MCP mounts.
+
+One :class:`KnowledgeBase` object per knowledge base is shared by all requests; requests run
+on the event loop end to end (``graph.ainvoke``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.models import SUPPORTED_API_VERSIONS
+from agentic_retrieval.server.auth import ApiKeys, Role
+from agentic_retrieval.server.errors import ApiError, install_error_handlers
+from agentic_retrieval.server.limits import GuardMiddleware
+from agentic_retrieval.server.settings import ServerSettings
+from agentic_retrieval.server.streaming import EVENT_STREAM, retrieve_events, wants_event_stream
+
+logger = logging.getLogger(__name__)
+
+ApiVersion = Query(default=None, alias="api-version")
+
+KnowledgeBases = KnowledgeBase | Iterable[KnowledgeBase] | Mapping[str, KnowledgeBase]
+
+
+def create_app(
+    knowledge_bases: KnowledgeBases,
+    *,
+    settings: ServerSettings | None = None,
+    mcp: bool = True,
+) -> FastAPI:
+    """Build the ASGI app serving ``knowledge_bases``.
+
+    Args:
+        knowledge_bases: One knowledge base, several, or a mapping of name to knowledge base.
+        settings: Keys and limits (default: :class:`ServerSettings` defaults, keys from the
+            environment).
+        mcp: Also serve each knowledge base as an MCP server at
+            ``/knowledgebases/{name}/mcp``.
+
+    Returns:
+        The FastAPI application (run it with uvicorn).
+    """
+    settings = settings or ServerSettings()
+    registry = _registry(knowledge_bases)
+    keys = settings.keys()
+    mounts = _mcp_mounts(registry, keys, settings.host) if mcp else None
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if mounts is not None:
+                await stack.enter_async_context(mounts.running())
+            yield
+
+    app = FastAPI(
+        title="agentic-retrieval",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
+    app.state.knowledge_bases = registry
+    app.state.keys = keys
+    install_error_handlers(app)
+    app.add_middleware(
+        GuardMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        max_in_flight=settings.max_in_flight,
+        retry_after_seconds=settings.retry_after_seconds,
+    )
+    _add_routes(app, registry, keys)
+    if mounts is not None:
+        app.add_route("/knowledgebases/{name}/mcp", mounts, include_in_schema=False)
+        app.add_route("/knowledgebases('{name}')/mcp", mounts, include_in_schema=False)
+    return app
+
+
+def _add_routes(app: FastAPI, registry: dict[str, KnowledgeBase], keys: ApiKeys) -> None:
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/knowledgebases")
+    async def list_knowledge_bases(
+        request: Request, api_version: str | None = ApiVersion
+    ) -> dict[str, Any]:
+        authorize(request, keys, "admin")
+        check_api_version(api_version)
+        return {"value": [describe(kb) for kb in registry.values()]}
+
+    async def get_knowledge_base(
+        name: str, request: Request, api_version: str | None = ApiVersion
+    ) -> dict[str, Any]:
+        authorize(request, keys, "admin")
+        check_api_version(api_version)
+        return describe(lookup(registry, name))
+
+    async def retrieve(
+        name: str, request: Request, api_version: str | None = ApiVersion
+    ) -> Any:
+        authorize(request, keys, "query")
+        check_api_version(api_version)
+        kb = lookup(registry, name)
+        parsed = kb.parse_request(await read_json_object(request))
+        context = kb.context_for(parsed)
+        kb.check(parsed, context)
+        if wants_event_stream(request.headers.get("accept")):
+            return StreamingResponse(
+                retrieve_events(kb, parsed, context.max_runtime_seconds),
+                media_type=EVENT_STREAM,
+                headers={"Cache-Control": "no-cache"},
+            )
+        response = await kb.aretrieve(parsed)
+        if response.status_code == 408:
+            raise ApiError(
+                408,
+                f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed before any "
+                "result was ready.",
+            )
+        return JSONResponse(response.to_wire(), status_code=response.status_code)
+
+    for path in ("/knowledgebases/{name}", "/knowledgebases('{name}')"):
+        app.add_api_route(path, get_knowledge_base, methods=["GET"])
+    for path in ("/knowledgebases/{name}/retrieve", "/knowledgebases('{name}')/retrieve"):
+        app.add_api_route(path, retrieve, methods=["POST"])
+
+
+def authorize(request: Request, keys: ApiKeys, needed: Role) -> None:
+    """Raise 401 for a missing/wrong key, 403 for a query key on an admin operation."""
+    role = keys.role_of(request.headers)
+    if role is None:
+        raise ApiError(
+            401,
+            "Access denied: send a valid key in the 'api-key' header or as "
+            "'Authorization: Bearer <key>'.",
+        )
+    if needed == "admin" and role != "admin":
+        raise ApiError(
+            403, "A query key may only call retrieve; this operation needs an admin key."
+        )
+
+
+def check_api_version(api_version: str | None) -> None:
+    """Raise 400 naming the supported versions unless ``api_version`` is one of them."""
+    if api_version not in SUPPORTED_API_VERSIONS:
+        given = "missing" if api_version is None else f"'{api_version}' is not supported"
+        raise ApiError(
+            400,
+            f"api-version: {given}; supported versions are {', '.join(SUPPORTED_API_VERSIONS)}.",
+            code="InvalidApiVersion",
+        )
+
+
+def lookup(registry: Mapping[str, KnowledgeBase], name: str) -> KnowledgeBase:
+    """The knowledge base called ``name``, or a 404."""
+    kb = registry.get(name)
+    if kb is None:
+        raise ApiError(
+            404, f"No knowledge base named '{name}' exists.", code="KnowledgeBaseNotFound"
+        )
+    return kb
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """Parse the body as a JSON object, answering 400 for anything else."""
+    raw = await request.body()
+    if not raw.strip():
+        raise ApiError(400, "body: the request body is empty; send a JSON object.")
+    try:
+        payload = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ApiError(400, f"body: malformed JSON ({reason}).", code="MalformedJson") from exc
+    if not isinstance(payload, dict):
+        raise ApiError(400, f"body: expected a JSON object, got {type(payload).__name__}.")
+    return payload
+
+
+def describe(kb: KnowledgeBase) -> dict[str, Any]:
+    """What a client may know about ``kb``: names, kinds and descriptions, no secrets."""
+    return {
+        "name": kb.name,
+        "description": kb.description or None,
+        "knowledgeSources": [
+            {"name": name, "kind": source.kind, "description": source.description or None}
+            for name, source in kb.sources.items()
+        ],
+        "retrievalReasoningEffort": {"kind": kb.defaults.reasoning_effort},
+        "outputMode": kb.defaults.output_mode,
+    }
+
+
+def _registry(knowledge_bases: KnowledgeBases) -> dict[str, KnowledgeBase]:
+    if isinstance(knowledge_bases, KnowledgeBase):
+        return {knowledge_bases.name: knowledge_bases}
+    if isinstance(knowledge_bases, Mapping):
+        return dict(knowledge_bases)
+    registry: dict[str, KnowledgeBase] = {}
+    for kb in knowledge_bases:
+        if kb.name in registry:
+            raise ValueError(f"two knowledge bases are named {kb.name!r}")
+        registry[kb.name] = kb
+    return registry
+
+
+def _mcp_mounts(registry: dict[str, KnowledgeBase], keys: ApiKeys, host: str) -> Any:
+    from agentic_retrieval.server.mcp import McpMounts
+
+    return McpMounts(registry, keys, host=host)

@@ -1,0 +1,244 @@
+"""Each knowledge base as an MCP server exposing the tool ``knowledge_base_retrieve``.
+
+Served over streamable HTTP at ``/knowledgebases/{name}/mcp`` by the REST app (same keys), or
+over stdio for desktop clients with ``agentic-retrieval mcp --kb DIR``. Built on the official
+``mcp`` SDK (2.x: ``MCPServer``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
+
+from agentic_retrieval.errors import InvalidRequestError
+from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.server.auth import ApiKeys
+from agentic_retrieval.server.errors import ApiError
+
+logger = logging.getLogger(__name__)
+
+TOOL_NAME = "knowledge_base_retrieve"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ChatMessage(BaseModel):
+    """One turn of the conversation."""
+
+    role: Literal["user", "assistant", "system"] = "user"
+    content: str = Field(min_length=1, max_length=100_000)
+
+
+class RetrieveToolResult(BaseModel):
+    """What ``knowledge_base_retrieve`` returns."""
+
+    response: str = Field(
+        description="The grounding data (a JSON array of {ref_id, title, content}) or, with "
+        "outputMode answerSynthesis, a Markdown answer citing [ref_id:N]."
+    )
+    references: list[dict[str, Any]] = Field(
+        description="The retrieved documents, by ref_id, with docKey and rerankerScore."
+    )
+    partial: bool = Field(
+        description="True when a knowledge source failed and only the others' results are in."
+    )
+
+
+def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
+    """An MCP server for ``kb`` with the single tool ``knowledge_base_retrieve``."""
+    sources = ", ".join(f"{n} ({s.description or s.kind})" for n, s in kb.sources.items())
+    with _no_root_logging_config():
+        server: MCPServer = MCPServer(
+            name=f"agentic-retrieval: {kb.name}",
+            instructions=f"Knowledge base '{kb.name}'. {kb.description} Sources: {sources}.",
+        )
+
+    async def knowledge_base_retrieve(
+        query: Annotated[
+            str | None, Field(description="The question to retrieve for.", max_length=10_000)
+        ] = None,
+        messages: Annotated[
+            list[ChatMessage] | None,
+            Field(description="The conversation so far (alternative to query).", max_length=200),
+        ] = None,
+        effort: Annotated[
+            Literal["minimal", "low", "medium"] | None,
+            Field(
+                description="Reasoning effort: minimal (no LLM), low, medium. Default: the "
+                "knowledge base's default, or minimal when it has no chat model."
+            ),
+        ] = None,
+        output_mode: Annotated[
+            Literal["extractiveData", "answerSynthesis"] | None,
+            Field(description="extractiveData (grounding chunks) or answerSynthesis (answer)."),
+        ] = None,
+        filter: Annotated[  # the wire name users know
+            str | None,
+            Field(description="OData filter ANDed onto every source, e.g. year ge 2025."),
+        ] = None,
+    ) -> RetrieveToolResult:
+        request = tool_request(kb, query, messages, effort, output_mode, filter)
+        try:
+            response = await kb.aretrieve(request)
+        except InvalidRequestError as exc:
+            raise ToolError(str(exc)) from exc
+        if response.status_code == 408:
+            raise ToolError("maxRuntimeInSeconds elapsed before any result was ready")
+        return RetrieveToolResult(
+            response=response.text,
+            references=[ref.to_wire() for ref in response.references],
+            partial=response.partial,
+        )
+
+    server.add_tool(
+        knowledge_base_retrieve,
+        name=TOOL_NAME,
+        description=f"Retrieve grounding passages (or a cited answer) from the knowledge base "
+        f"'{kb.name}'. {kb.description}".strip(),
+    )
+    return server
+
+
+def tool_request(
+    kb: KnowledgeBase,
+    query: str | None,
+    messages: list[ChatMessage] | None,
+    effort: str | None,
+    output_mode: str | None,
+    filter_text: str | None,
+) -> dict[str, Any]:
+    """The retrieve request (wire JSON) for one tool call."""
+    turns = [m.model_dump() for m in messages or []]
+    if query:
+        turns.append({"role": "user", "content": query})
+    if not turns:
+        raise ToolError("give 'query' or 'messages'")
+    if effort is None and not kb.bindings.models.is_configured("planning", kb.defaults):
+        effort = "minimal"
+    request: dict[str, Any] = {
+        "messages": [
+            {"role": t["role"], "content": [{"type": "text", "text": t["content"]}]} for t in turns
+        ]
+    }
+    if effort:
+        request["retrievalReasoningEffort"] = {"kind": effort}
+    if output_mode:
+        request["outputMode"] = output_mode
+    if filter_text:
+        request["knowledgeSourceParams"] = [
+            {"knowledgeSourceName": name, "kind": source.kind, "filterAddOn": filter_text}
+            for name, source in kb.sources.items()
+        ]
+    return request
+
+
+class McpMounts:
+    """ASGI endpoint dispatching ``/knowledgebases/{name}/mcp`` to that KB's MCP server.
+
+    Requests are authenticated with the REST keys (query keys suffice) before the MCP SDK
+    sees them.
+
+    Args:
+        registry: Knowledge bases by name.
+        keys: The accepted keys.
+        host: The interface the server listens on (loopback turns on the SDK's
+            DNS-rebinding guard).
+    """
+
+    def __init__(self, registry: Mapping[str, KnowledgeBase], keys: ApiKeys, *, host: str) -> None:
+        self.servers = {name: build_mcp_server(kb) for name, kb in registry.items()}
+        self.keys = keys
+        self.host = host
+        self._managers: dict[str, StreamableHTTPSessionManager] = {}
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run every KB's session manager (enter this in the app's lifespan)."""
+        async with AsyncExitStack() as stack:
+            managers = {}
+            for name, server in self.servers.items():
+                server.streamable_http_app(
+                    stateless_http=True,
+                    json_response=True,
+                    transport_security=_transport_security(self.host),
+                )
+                await stack.enter_async_context(server.session_manager.run())
+                managers[name] = server.session_manager
+            self._managers = managers
+            try:
+                yield
+            finally:
+                self._managers = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Authenticate, find the KB's session manager, and hand the request to it."""
+        if self.keys.role_of(Headers(scope=scope)) is None:
+            await _send(send, ApiError(401, "Access denied: send a valid key in 'api-key'."))
+            return
+        name = scope.get("path_params", {}).get("name", "")
+        manager = self._managers.get(name)
+        if manager is None:
+            error = ApiError(404, f"No knowledge base named '{name}' exists.",
+                             code="KnowledgeBaseNotFound")
+            await _send(send, error)
+            return
+        await manager.handle_request(scope, receive, send)
+
+
+def run_stdio(kb: KnowledgeBase) -> None:
+    """Serve ``kb`` over stdio until the client disconnects (for desktop MCP clients)."""
+    import anyio
+
+    anyio.run(build_mcp_server(kb).run_stdio_async)
+
+
+@contextmanager
+def _no_root_logging_config() -> Iterator[None]:
+    """Keep ``MCPServer()`` from calling ``logging.basicConfig`` on the root logger.
+
+    A library must not configure the application's logging (and an INFO handler on stdout
+    would corrupt the stdio transport); ``basicConfig`` is a no-op while root has a handler.
+    """
+    root = logging.getLogger()
+    placeholder = logging.NullHandler()
+    added = not root.handlers
+    if added:
+        root.addHandler(placeholder)
+    try:
+        yield
+    finally:
+        if added:
+            root.removeHandler(placeholder)
+
+
+def _transport_security(host: str) -> TransportSecuritySettings:
+    if host in _LOOPBACK:
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    # Listening beyond loopback is a deliberate choice; the API keys protect the endpoint.
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+
+
+async def _send(send: Send, error: ApiError) -> None:
+    body = json.dumps(error.body()).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
