@@ -1,0 +1,475 @@
+"""The ``agentic-retrieval`` command: index, retrieve, serve, mcp, demo.
+
+User mistakes (unknown knowledge-base directory or source, bad filter, bad effort, no chat
+model for low/medium...) print one line on stderr and exit with code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agentic_retrieval.chat_models import ModelNotConfiguredError
+from agentic_retrieval.errors import InvalidRequestError
+from agentic_retrieval.kb_directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
+from agentic_retrieval.models import RetrieveResponse
+from agentic_retrieval.odata import ODataError
+from agentic_retrieval.sources.local import IndexProgress, IndexReport
+
+EXIT_USAGE = 2
+EFFORTS = ("minimal", "low", "medium")
+OUTPUT_MODES = ("extractiveData", "answerSynthesis")
+
+app = typer.Typer(
+    name="agentic-retrieval",
+    help="Agentic retrieval over your own knowledge bases: index, retrieve, serve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+KbOption = Annotated[Path, typer.Option("--kb", help="The knowledge-base directory.")]
+
+
+class UserError(Exception):
+    """A mistake the user can fix; reported as one line and exit code 2."""
+
+
+def user_errors(command: F) -> F:
+    """Turn the library's user-facing errors into one stderr line and exit code 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (
+            UserError,
+            KnowledgeBaseDirectoryError,
+            InvalidRequestError,
+            ModelNotConfiguredError,
+            ODataError,
+            ImportError,
+        ) as exc:
+            err.print(f"error: {exc}", markup=False, soft_wrap=True)
+            raise typer.Exit(EXIT_USAGE) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# --- index --------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def index(
+    paths: Annotated[list[Path], typer.Argument(help="Files and folders to index.")],
+    kb: KbOption,
+    source: Annotated[str, typer.Option("--source", help="The knowledge source to fill.")],
+    description: Annotated[
+        str | None, typer.Option(help="What the source holds (the planner reads it).")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Knowledge base name when creating it (default: DIR name).")
+    ] = None,
+    embeddings: Annotated[
+        bool | None,
+        typer.Option(
+            "--embeddings/--no-embeddings",
+            help="Index vectors with the local model (needs the [local] extra).",
+        ),
+    ] = None,
+) -> None:
+    """Create or update source NAME of the knowledge base in DIR from files and folders."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UserError(f"no such file or folder: {', '.join(missing)}")
+    directory = KnowledgeBaseDirectory(kb)
+    if directory.manifest_path.exists():
+        directory.load()
+    else:
+        directory.create(name=name or _kb_name_from(kb))
+    directory.add_or_update_source(source, description=description, embeddings=embeddings)
+    with _index_progress(f"indexing into {source}") as progress:
+        report = directory.index(source, paths, progress=progress)
+    directory.close()
+    _print_report(source, report)
+
+
+def _kb_name_from(path: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", path.resolve().name).strip("-_")
+    return name or "knowledge-base"
+
+
+@contextmanager
+def _index_progress(label: str) -> Iterator[Callable[[IndexProgress], None]]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+
+        def report(event: IndexProgress) -> None:
+            progress.update(task, total=event.total, completed=event.done)
+
+        yield report
+
+
+def _print_report(source: str, report: IndexReport) -> None:
+    table = Table(title=f"source {source}", show_header=False)
+    rows = [
+        ("files indexed", len(report.indexed)),
+        ("files unchanged (skipped)", len(report.unchanged)),
+        ("files deleted", len(report.deleted)),
+        ("files failed", len(report.failed)),
+        ("files ignored (unsupported type)", len(report.ignored)),
+        ("chunks written", report.chunks_written),
+        ("chunks in the index", report.total_chunks),
+    ]
+    for label, value in rows:
+        table.add_row(label, str(value))
+    out.print(table)
+    for failure in report.failed:
+        out.print(f"failed: {failure.path}: {failure.reason}", markup=False)
+    out.print(f"{report.elapsed_seconds:.2f} s")
+
+
+# --- retrieve ------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def retrieve(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    kb: KbOption,
+    effort: Annotated[
+        str | None, typer.Option(help="minimal, low or medium (default: low).")
+    ] = None,
+    output_mode: Annotated[
+        str | None, typer.Option(help="extractiveData or answerSynthesis.")
+    ] = None,
+    filter_text: Annotated[
+        str | None, typer.Option("--filter", help="OData filter ANDed onto every source.")
+    ] = None,
+    source: Annotated[
+        list[str] | None, typer.Option("--source", help="Only this source (repeatable).")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print exactly the wire response, nothing else.")
+    ] = False,
+) -> None:
+    """Run agentic retrieval for QUESTION over the knowledge base in DIR."""
+    from agentic_retrieval.kb_loader import open_knowledge_base
+
+    _check_choice("--effort", effort, EFFORTS)
+    _check_choice("--output-mode", output_mode, OUTPUT_MODES)
+    knowledge_base = open_knowledge_base(kb, sources=source)
+    request = build_request(knowledge_base, question, effort, output_mode, filter_text)
+    if as_json:
+        response = run_retrieve(knowledge_base, request, on_event=None)
+        sys.stdout.write(json.dumps(response.to_wire(), ensure_ascii=False) + "\n")
+        return
+    with err.status("retrieving…") as status:
+        response = run_retrieve(knowledge_base, request, on_event=_status_updater(status))
+    render_response(response, question)
+
+
+def _check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> None:
+    if value is not None and value not in choices:
+        raise UserError(f"{option} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def build_request(
+    kb: KnowledgeBase,
+    question: str,
+    effort: str | None,
+    output_mode: str | None,
+    filter_text: str | None,
+) -> dict[str, Any]:
+    """The wire request for one command-line question."""
+    request: dict[str, Any] = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": question}]}],
+    }
+    if effort:
+        request["retrievalReasoningEffort"] = {"kind": effort}
+    if output_mode:
+        request["outputMode"] = output_mode
+    if filter_text:
+        request["knowledgeSourceParams"] = [
+            {"knowledgeSourceName": name, "kind": src.kind, "filterAddOn": filter_text}
+            for name, src in kb.sources.items()
+        ]
+    return request
+
+
+def run_retrieve(
+    kb: KnowledgeBase,
+    request: dict[str, Any],
+    on_event: Callable[[dict[str, Any]], None] | None,
+) -> RetrieveResponse:
+    """Run ``request``, reporting progress events to ``on_event``; bounded by its runtime.
+
+    Raises:
+        InvalidRequestError: Bad input (unknown source, bad filter, no chat model...).
+    """
+    parsed = kb.parse_request(request)
+    context = kb.context_for(parsed)
+    kb.check(parsed, context)
+    if on_event is None:
+        return asyncio.run(kb.aretrieve(parsed))
+
+    async def stream() -> RetrieveResponse:
+        final: dict[str, Any] = {}
+        async for event in kb.astream(parsed):
+            if event.get("event") == "response":
+                final = event["response"]
+            else:
+                on_event(event)
+        return RetrieveResponse.model_validate(final)
+
+    async def bounded() -> RetrieveResponse:
+        try:
+            return await asyncio.wait_for(stream(), context.max_runtime_seconds + GRACE_SECONDS)
+        except TimeoutError as exc:
+            raise UserError(
+                f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed"
+            ) from exc
+
+    return asyncio.run(bounded())
+
+
+def _status_updater(status: Any) -> Callable[[dict[str, Any]], None]:
+    def update(event: dict[str, Any]) -> None:
+        name = event.get("event")
+        if name == "searching":
+            status.update(f"searching {event.get('searches', '?')} (subquery × source)…")
+        elif name == "reranking":
+            status.update(f"reranking {event.get('candidates', '?')} candidates…")
+        elif name in ("planning", "assessing", "answering", "following_up"):
+            status.update(f"{name}…")
+
+    return update
+
+
+def render_response(response: RetrieveResponse, question: str, top: int | None = None) -> None:
+    """Print a readable view: plan, searches, ranked references, the answer."""
+    out.print(f"[bold]Question:[/bold] {question}")
+    activity = [record.model_dump(by_alias=True) for record in response.activity or []]
+    _render_plan(activity)
+    _render_searches(activity)
+    _render_references(response, top)
+    _render_text(response)
+
+
+def _render_plan(activity: list[dict[str, Any]]) -> None:
+    for record in activity:
+        if record["type"] == "modelQueryPlanning":
+            out.print(
+                f"[bold]Plan:[/bold] model query planning, {record.get('inputTokens', 0)} in / "
+                f"{record.get('outputTokens', 0)} out tokens, {record.get('elapsedMs')} ms"
+            )
+            return
+    out.print("[bold]Plan:[/bold] no LLM planning (the question is searched as is)")
+
+
+def _render_searches(activity: list[dict[str, Any]]) -> None:
+    table = Table(title="Searches", title_justify="left")
+    for column in ("#", "subquery", "source", "hits", "ms", "error"):
+        table.add_column(column)
+    for record in activity:
+        arguments = next((v for k, v in record.items() if k.endswith("Arguments")), None)
+        if not isinstance(arguments, dict):
+            continue
+        error = (record.get("error") or {}).get("message", "")
+        table.add_row(
+            str(record["id"]),
+            str(arguments.get("search", "")),
+            str(record.get("knowledgeSourceName", "")),
+            str(record.get("count", 0)),
+            str(record.get("elapsedMs", "")),
+            error,
+        )
+    out.print(table)
+
+
+def _render_references(response: RetrieveResponse, top: int | None) -> None:
+    titles = _titles(response.text)
+    table = Table(title="References (ranked)", title_justify="left")
+    for column in ("rank", "ref_id", "docKey", "score", "title"):
+        table.add_column(column, overflow="fold")
+    for rank, ref in enumerate(response.references[:top] if top else response.references, 1):
+        score = "" if ref.reranker_score is None else f"{ref.reranker_score:.2f}"
+        table.add_row(str(rank), ref.id, ref.doc_key or "", score, titles.get(ref.id, ""))
+    out.print(table)
+
+
+def _render_text(response: RetrieveResponse) -> None:
+    text = response.text
+    if text.lstrip().startswith("["):
+        chunks = _grounding(text)
+        out.print(f"[bold]Grounding data:[/bold] {len(chunks)} chunks, {len(text)} characters")
+        for chunk in chunks[:3]:
+            snippet = " ".join(str(chunk.get("content", "")).split())[:240]
+            out.print(f"  [{chunk.get('ref_id')}] {snippet}…", markup=False)
+    else:
+        out.print("[bold]Answer:[/bold]")
+        out.print(Markdown(text))
+
+
+def _grounding(text: str) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+def _titles(text: str) -> dict[str, str]:
+    return {str(c.get("ref_id")): str(c.get("title") or "") for c in _grounding(text)}
+
+
+# --- serve / mcp --------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def serve(
+    kb: Annotated[
+        list[Path], typer.Option("--kb", help="A knowledge-base directory (repeatable).")
+    ],
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    api_key: Annotated[
+        list[str] | None, typer.Option("--api-key", help="Admin key (repeatable).")
+    ] = None,
+    query_key: Annotated[
+        list[str] | None, typer.Option("--query-key", help="Retrieve-only key (repeatable).")
+    ] = None,
+    max_in_flight: Annotated[int, typer.Option(help="Requests handled at once.")] = 64,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 1024 * 1024,
+) -> None:
+    """Serve the retrieve REST API and the MCP endpoint for one or more knowledge bases."""
+    from agentic_retrieval.kb_loader import open_knowledge_base
+
+    server = _server_extra()
+    uvicorn = _import_extra("uvicorn", "server")
+    bases = [open_knowledge_base(path) for path in kb]
+    settings = server.ServerSettings(
+        api_keys=list(api_key or []),
+        query_keys=list(query_key or []),
+        max_in_flight=max_in_flight,
+        max_body_bytes=max_body_bytes,
+        host=host,
+    )
+    application = server.create_app(bases, settings=settings)
+    if not settings.keys().enabled:
+        err.print("warning: no API key configured; the server accepts every request")
+    names = ", ".join(b.name for b in bases)
+    err.print(f"serving {names} on http://{host}:{port}/knowledgebases/<name>/retrieve")
+    uvicorn.run(application, host=host, port=port, log_level="info")
+
+
+@app.command()
+@user_errors
+def mcp(kb: KbOption) -> None:
+    """Serve the knowledge base in DIR as an MCP server over stdio (for desktop clients)."""
+    from agentic_retrieval.kb_loader import open_knowledge_base
+
+    _server_extra()
+    from agentic_retrieval.server.mcp import run_stdio
+
+    run_stdio(open_knowledge_base(kb))
+
+
+def _server_extra() -> Any:
+    _import_extra("fastapi", "server")
+    _import_extra("mcp", "server")
+    import agentic_retrieval.server as server
+
+    return server
+
+
+def _import_extra(module: str, extra: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise UserError(
+            f"this command needs the [{extra}] extra: pip install 'agentic-retrieval[{extra}]'"
+        ) from exc
+
+
+# --- demo ---------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def demo(
+    kb: Annotated[
+        Path | None,
+        typer.Option("--kb", help="Where to build the sample knowledge base (default: cache)."),
+    ] = None,
+    questions: Annotated[int, typer.Option(help="How many sample questions to run.")] = 4,
+    top: Annotated[int, typer.Option(help="Rank within which the expected file counts.")] = 5,
+) -> None:
+    """Build (once) a sample knowledge base and answer sample questions offline.
+
+    The knowledge base is the bundled Harborline Transit corpus; questions run at minimal
+    effort (no LLM), and each shows whether the file expected to answer it ranked in the top.
+    """
+    from agentic_retrieval.kb_loader import build_sample_kb, open_knowledge_base, sample_questions
+
+    with _index_progress("indexing the sample corpus") as progress:
+        directory = build_sample_kb(kb, progress=progress)
+    err.print(f"sample knowledge base: {directory.path}")
+    knowledge_base = open_knowledge_base(directory.path, embeddings=False)
+    found = 0
+    chosen = sample_questions()[: max(questions, 0)]
+    for item in chosen:
+        out.rule(item["id"])
+        request = build_request(knowledge_base, item["question"], "minimal", None, None)
+        response = run_retrieve(knowledge_base, request, on_event=None)
+        render_response(response, item["question"], top=top)
+        rank = expected_rank(response, item["files"])
+        if rank is not None and rank <= top:
+            found += 1
+            out.print(f"[green]expected file ranked #{rank}[/green] ({', '.join(item['files'])})")
+        else:
+            where = f"ranked #{rank}" if rank else "not retrieved"
+            out.print(f"[red]expected file {where}[/red] ({', '.join(item['files'])})")
+    out.rule()
+    out.print(f"expected file in the top {top} for {found} of {len(chosen)} questions")
+
+
+def expected_rank(response: RetrieveResponse, files: list[str]) -> int | None:
+    """The best rank (1-based) of a chunk from any of ``files``, or ``None``."""
+    slugs = [re.sub(r"[^a-z0-9]+", "-", f.lower()).strip("-") + "-" for f in files]
+    for rank, ref in enumerate(response.references, 1):
+        if any((ref.doc_key or "").startswith(slug) for slug in slugs):
+            return rank
+    return None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
