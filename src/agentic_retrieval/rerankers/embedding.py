@@ -10,13 +10,14 @@ Mapping to the 0-4 scale: a linear calibration between two cosine values,
 - ``cos ≥ ceil`` → 4.0,
 - ``4 × (cos - floor) / (ceil - floor)`` in between.
 
-Cosine similarities of sentence embeddings do not spread over [-1, 1]: with
-all-MiniLM-L6-v2 an unrelated passage still scores around 0.0-0.15 and a passage that answers
-the question about 0.5-0.75. The defaults (``floor=0.15``, ``ceil=0.65``) are chosen for that
-model from the distribution measured in ``benchmarks/bench_rerankers.py`` (answering pages'
-median cosine ≈ 0.56, other BM25 candidates' median ≈ 0.30), so answering passages land at
-3-4 and topical but non-answering ones at 1-2. Other models need their own floor and ceil: run
-the benchmark with the model and read off the same two medians.
+Cosine similarities of sentence embeddings do not spread over [-1, 1]. The defaults
+(``floor=0.20``, ``ceil=0.70``) are chosen for all-MiniLM-L6-v2 from the distribution measured
+by ``benchmarks/bench_rerankers.py`` on BM25 top-30 candidates (see
+``benchmarks/README_rerankers.md``): the answering passage had median cosine 0.67 (p10 0.58),
+the other candidates median 0.28 (p90 0.43). With this calibration a typical answering passage
+scores 3.1-3.8, a typical non-answering candidate about 0.6 and 90% of them stay below 2.0, so
+a ``rerankerThreshold`` of 2 separates them as it does with Azure's ranker. Other models need
+their own floor and ceil: run the benchmark with the model and read off the same percentiles.
 
 For an offline model, pass ``agentic_retrieval.embeddings.local_embeddings()`` (all-MiniLM-L6-v2
 from the ``[local]`` extra).
@@ -33,9 +34,9 @@ from langchain_core.embeddings import Embeddings
 from agentic_retrieval.rerankers.base import MAX_SCORE, clamp_score
 from agentic_retrieval.sources.base import Hit
 
-DEFAULT_FLOOR = 0.15
+DEFAULT_FLOOR = 0.20
 """Cosine at or below which a passage scores 0 (all-MiniLM-L6-v2)."""
-DEFAULT_CEIL = 0.65
+DEFAULT_CEIL = 0.70
 """Cosine at or above which a passage scores 4 (all-MiniLM-L6-v2)."""
 
 
