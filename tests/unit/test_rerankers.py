@@ -353,3 +353,29 @@ async def test_grader_rejects_bad_configuration() -> None:
         grader(listwise_answer, mode="setwise")
     with pytest.raises(ValueError):
         grader(listwise_answer, batch_size=0)
+
+
+# ---------------------------------------------------------------- real local model
+
+
+@pytest.mark.slow
+async def test_local_minilm_ranks_the_answering_sample_document_first() -> None:
+    import json
+    from importlib.resources import files
+
+    from agentic_retrieval.embeddings import local_embeddings, local_embeddings_available
+
+    if not local_embeddings_available():
+        pytest.skip("the [local] extra is not installed")
+    root = files("agentic_retrieval") / "sample_corpus"
+    hits = [
+        Hit(doc_key=f"{folder}/{path.name}", content=path.read_text(encoding="utf-8"))
+        for folder in ("riders", "operations")
+        for path in sorted((root / folder).iterdir(), key=lambda p: p.name)
+    ]
+    questions = {q["id"]: q for q in json.loads((root / "questions.json").read_text())}
+    reranker = EmbeddingReranker(local_embeddings())
+    for qid in ("q01", "q02", "q04", "q05", "q08", "q11", "q14"):
+        scores = await reranker.ascore(questions[qid]["question"], hits)
+        assert ranking(hits, scores)[0] == questions[qid]["files"][0], qid
+        assert max(scores) >= 2.0, qid
