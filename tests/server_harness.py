@@ -1,0 +1,108 @@
+"""Knowledge bases and a real uvicorn server for the server tests (all on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase, SearchQuery, SourceError
+from agentic_retrieval.sources.base import Hit
+
+FARES = [
+    {"key": "fare-single", "title": "Single fares",
+     "content": "A single tram fare in zone A costs 2.60 dollars; children pay 1 dollar."},
+    {"key": "fare-pass", "title": "Harbor Pass",
+     "content": "The monthly Harbor Pass costs 78 dollars; students pay half, 39 dollars."},
+    {"key": "fare-bike", "title": "Bike fares",
+     "content": "Harborbike rides cost 1 dollar to unlock plus 15 cents per minute."},
+]
+HOURS = [
+    {"key": "hours-sunday", "title": "Sunday service",
+     "content": "On Sunday the last Hillcrest Line tram leaves at 23:00."},
+    {"key": "hours-night", "title": "Night tram",
+     "content": "The night tram runs every 30 minutes from midnight to 5 am."},
+]
+
+
+class FailingSource:
+    """A source that always fails (like an index that went away)."""
+
+    kind = "searchIndex"
+    description = "Always fails."
+
+    def __init__(self, name: str = "broken", exc: Exception | None = None) -> None:
+        self.name = name
+        self.exc = exc or SourceError("ServiceUnavailable", "the index is unreachable")
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        await asyncio.sleep(0)
+        raise self.exc
+
+
+class SlowSource:
+    """A source that answers after ``delay`` seconds."""
+
+    kind = "searchIndex"
+    description = "Slow."
+
+    def __init__(self, name: str = "slow", delay: float = 5.0) -> None:
+        self.name = name
+        self.delay = delay
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        await asyncio.sleep(self.delay)
+        return [Hit(doc_key="slow-1", content="late", source=self.name, score=1.0)]
+
+
+def transit_kb(*extra: Any, name: str = "transit", chat_model: Any = None) -> KnowledgeBase:
+    """Two in-memory sources (``fares``, ``hours``) plus any ``extra`` sources."""
+    sources = [
+        InMemoryKnowledgeSource("fares", FARES, description="Tram and bike fares and passes."),
+        InMemoryKnowledgeSource("hours", HOURS, description="Service hours."),
+        *extra,
+    ]
+    return KnowledgeBase(sources, name=name, description="Harborline test KB",
+                         chat_model=chat_model)
+
+
+def intents_body(text: str, **extra: Any) -> dict[str, Any]:
+    """A minimal-effort request with one intent."""
+    return {"intents": [{"type": "semantic", "search": text}],
+            "retrievalReasoningEffort": {"kind": "minimal"}, **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(app: Any, *, ssl: dict[str, str] | None = None,
+                   startup_timeout: float = 15.0) -> Iterator[str]:
+    """Run ``app`` with uvicorn in a thread; yield its base URL; stop it afterwards."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="on", **(ssl or {}))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    scheme = "https" if ssl else "http"
+    try:
+        yield f"{scheme}://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1,0 +1,272 @@
+"""The REST app in-process: routes, status codes, auth, limits, streaming, error bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from tests.server_harness import FailingSource, SlowSource, intents_body, transit_kb
+
+from agentic_retrieval.models import SUPPORTED_API_VERSIONS
+from agentic_retrieval.server import ServerSettings, create_app
+from agentic_retrieval.testing import ScriptedChatModel
+
+GA = "2026-04-01"
+KEY = "admin-secret-key"
+QUERY_KEY = "query-secret-key"
+
+
+def client(*extra, settings=None, chat_model=None, **kwargs) -> TestClient:
+    kb = transit_kb(*extra, chat_model=chat_model)
+    settings = settings or ServerSettings(read_env_keys=False)
+    return TestClient(create_app(kb, settings=settings, mcp=False), **kwargs)
+
+
+def doc_keys(body: dict) -> list[str]:
+    return [ref["docKey"] for ref in body["references"]]
+
+
+@pytest.mark.parametrize("path", ["/knowledgebases/transit/retrieve",
+                                  "/knowledgebases('transit')/retrieve"])
+def test_retrieve_both_path_forms(path):
+    with client() as c:
+        r = c.post(f"{path}?api-version={GA}", json=intents_body("student harbor pass"))
+    assert r.status_code == 200
+    body = r.json()
+    assert doc_keys(body)[0] == "fare-pass"
+    assert json.loads(body["response"][0]["content"][0]["text"])[0]["ref_id"] == 0
+    assert {a["knowledgeSourceName"] for a in body["activity"] if "count" in a} == {
+        "fares", "hours"}
+
+
+@pytest.mark.parametrize("version", SUPPORTED_API_VERSIONS)
+def test_every_supported_api_version_is_accepted(version):
+    with client() as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={version}",
+                   json=intents_body("last tram sunday"))
+    assert r.status_code == 200
+    assert doc_keys(r.json())[0] == "hours-sunday"
+
+
+@pytest.mark.parametrize("query", ["?api-version=2020-01-01", ""])
+def test_unknown_or_missing_api_version_is_400_naming_supported(query):
+    with client() as c:
+        r = c.post(f"/knowledgebases/transit/retrieve{query}", json=intents_body("x"))
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["code"] == "InvalidApiVersion"
+    for version in SUPPORTED_API_VERSIONS:
+        assert version in error["message"]
+
+
+def test_unknown_kb_and_unknown_source_are_404():
+    with client() as c:
+        r = c.post(f"/knowledgebases/nope/retrieve?api-version={GA}", json=intents_body("x"))
+        assert r.status_code == 404
+        assert r.json()["error"]["code"] == "KnowledgeBaseNotFound"
+        body = intents_body("x", knowledgeSourceParams=[{"knowledgeSourceName": "ghost"}])
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", json=body)
+        assert r.status_code == 404
+        assert "ghost" in r.json()["error"]["message"]
+
+
+def test_failing_source_gives_206_with_the_others_results():
+    with client(FailingSource()) as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
+                   json=intents_body("harbor pass students"))
+    assert r.status_code == 206
+    body = r.json()
+    assert doc_keys(body)[0] == "fare-pass"
+    errors = [a for a in body["activity"] if a.get("error")]
+    assert [(a["knowledgeSourceName"], a["error"]["code"]) for a in errors] == [
+        ("broken", "ServiceUnavailable")]
+
+
+def test_runtime_elapsed_with_nothing_ready_is_408():
+    kb_settings = ServerSettings(read_env_keys=False)
+    from agentic_retrieval import KnowledgeBase
+
+    kb = KnowledgeBase([SlowSource(delay=10)], name="slowkb")
+    with TestClient(create_app(kb, settings=kb_settings, mcp=False)) as c:
+        r = c.post(f"/knowledgebases/slowkb/retrieve?api-version={GA}",
+                   json=intents_body("anything", maxRuntimeInSeconds=1))
+    assert r.status_code == 408
+    assert r.json()["error"]["code"] == "RequestTimeout"
+
+
+def test_messages_with_a_scripted_planner():
+    plan = {"needs_retrieval": True,
+            "queries": [{"query": "last tram Sunday Hillcrest", "knowledge_sources": ["hours"]}]}
+    model = ScriptedChatModel(script={"QueryPlan": [plan]})
+    body = {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "When can I get home on Sunday night?"}]}]}
+    with client(chat_model=model) as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", json=body)
+    assert r.status_code == 200
+    body = r.json()
+    assert doc_keys(body)[0] == "hours-sunday"
+    assert body["activity"][0]["type"] == "modelQueryPlanning"
+
+
+def test_low_effort_without_a_model_is_400(monkeypatch):
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "fares?"}]}]}
+    with client() as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", json=body)
+    assert r.status_code == 400
+    assert "AGENTIC_RETRIEVAL_CHAT_MODEL" in r.json()["error"]["message"]
+
+
+# --- auth ----------------------------------------------------------------------------------
+
+
+def keyed_client() -> TestClient:
+    settings = ServerSettings(api_keys=[KEY], query_keys=[QUERY_KEY], read_env_keys=False)
+    return client(settings=settings)
+
+
+@pytest.mark.parametrize("headers", [{}, {"api-key": "wrong"}, {"authorization": "Bearer nope"},
+                                     {"authorization": f"Basic {KEY}"}])
+def test_missing_or_wrong_key_is_401_without_kb_detail(headers):
+    with keyed_client() as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
+                   json=intents_body("x"), headers=headers)
+        r_unknown = c.post(f"/knowledgebases/nope/retrieve?api-version={GA}",
+                           json=intents_body("x"), headers=headers)
+    assert r.status_code == 401 and r_unknown.status_code == 401
+    assert r.json() == r_unknown.json()  # no hint whether the KB exists
+    assert "transit" not in r.text and "fares" not in r.text
+
+
+@pytest.mark.parametrize("headers", [{"api-key": KEY}, {"Authorization": f"Bearer {KEY}"},
+                                     {"api-key": QUERY_KEY}])
+def test_valid_keys_may_retrieve(headers):
+    with keyed_client() as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
+                   json=intents_body("bike unlock"), headers=headers)
+    assert r.status_code == 200
+    assert doc_keys(r.json())[0] == "fare-bike"
+
+
+def test_query_key_cannot_read_definitions_admin_key_can():
+    with keyed_client() as c:
+        forbidden = c.get(f"/knowledgebases?api-version={GA}", headers={"api-key": QUERY_KEY})
+        listed = c.get(f"/knowledgebases?api-version={GA}", headers={"api-key": KEY})
+        one = c.get(f"/knowledgebases('transit')?api-version={GA}", headers={"api-key": KEY})
+    assert forbidden.status_code == 403
+    assert listed.status_code == 200
+    assert [kb["name"] for kb in listed.json()["value"]] == ["transit"]
+    assert [s["name"] for s in one.json()["knowledgeSources"]] == ["fares", "hours"]
+    assert KEY not in listed.text and QUERY_KEY not in listed.text
+
+
+def test_keys_from_the_environment(monkeypatch):
+    monkeypatch.setenv("AGENTIC_RETRIEVAL_API_KEYS", "envadmin, query:envquery")
+    with client(settings=ServerSettings()) as c:
+        url = f"/knowledgebases/transit/retrieve?api-version={GA}"
+        assert c.post(url, json=intents_body("x")).status_code == 401
+        allowed = c.post(url, json=intents_body("x"), headers={"api-key": "envquery"})
+        assert allowed.status_code == 200
+        listing = c.get(f"/knowledgebases?api-version={GA}", headers={"api-key": "envquery"})
+        assert listing.status_code == 403
+        listing = c.get(f"/knowledgebases?api-version={GA}", headers={"api-key": "envadmin"})
+        assert listing.status_code == 200
+
+
+def test_healthz_needs_no_key():
+    with keyed_client() as c:
+        r = c.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+# --- limits and bugs ------------------------------------------------------------------------
+
+
+def test_body_over_the_limit_is_413_before_parsing():
+    settings = ServerSettings(read_env_keys=False, max_body_bytes=1000)
+    with client(settings=settings) as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", content=b"x" * 1001)
+        ok = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
+                    json=intents_body("fares"))
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "RequestEntityTooLarge"
+    assert ok.status_code == 200
+
+
+async def test_requests_beyond_the_in_flight_cap_get_429_with_retry_after():
+    from agentic_retrieval import KnowledgeBase
+
+    kb = KnowledgeBase([SlowSource(delay=0.5)], name="slowkb")
+    settings = ServerSettings(read_env_keys=False, max_in_flight=2, retry_after_seconds=3)
+    app = create_app(kb, settings=settings, mcp=False)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        url = f"/knowledgebases/slowkb/retrieve?api-version={GA}"
+        responses = await asyncio.gather(*(c.post(url, json=intents_body("x")) for _ in range(4)))
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200, 200, 429, 429]
+    refused = next(r for r in responses if r.status_code == 429)
+    assert refused.headers["retry-after"] == "3"
+    assert refused.json()["error"]["code"] == "TooManyRequests"
+
+
+def test_a_bug_is_500_with_a_request_id_and_no_trace(monkeypatch):
+    kb = transit_kb()
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("internal secret detail")
+
+    monkeypatch.setattr(kb, "aretrieve", broken)
+    app = create_app(kb, settings=ServerSettings(read_env_keys=False), mcp=False)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", json=intents_body("x"))
+    assert r.status_code == 500
+    request_id = r.headers["x-ms-request-id"]
+    assert request_id in r.json()["error"]["message"]
+    assert "secret" not in r.text and "Traceback" not in r.text
+
+
+def test_unknown_route_and_method_use_the_error_shape():
+    with client() as c:
+        missing = c.get("/nothing-here")
+        wrong_method = c.get(f"/knowledgebases/transit/retrieve?api-version={GA}")
+    assert missing.status_code == 404 and set(missing.json()["error"]) == {
+        "code", "message", "details"}
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+
+
+# --- streaming -------------------------------------------------------------------------------
+
+
+def parse_sse(text: str) -> list[tuple[str, dict]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+def test_event_stream_sends_progress_then_the_response():
+    with client(FailingSource()) as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
+                   json=intents_body("night tram"), headers={"accept": "text/event-stream"})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(r.text)
+    names = [name for name, _ in events]
+    assert names[0] == "searching" and names[-1] == "response"
+    assert names.count("searched") == 3 and "reranking" in names
+    final = events[-1][1]
+    assert final["status"] == 206
+    assert final["response"]["references"][0]["docKey"] == "hours-night"
+
+
+def test_event_stream_validation_errors_are_plain_400():
+    with client() as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
+                   json={"intents": []}, headers={"accept": "text/event-stream"})
+    assert r.status_code == 400
+    assert r.headers["content-type"].startswith("application/json")
