@@ -1,0 +1,112 @@
+"""``langgraph dev`` serves the graph named in ``langgraph.json``, offline.
+
+A run created through langgraph-sdk on a small knowledge base returns references. The server
+runs from the repository root (as a user runs it; its ``.langgraph_api/`` is git-ignored)
+with tracing and the version check off and no LangSmith key.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentic_retrieval.kb_directory import KnowledgeBaseDirectory
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
+
+REPO = Path(__file__).resolve().parents[2]
+LANGGRAPH = shutil.which("langgraph", path=str(Path(sys.executable).parent))
+STARTUP_SECONDS = 90
+
+
+def small_kb(root: Path) -> Path:
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "ferries.md").write_text(
+        "# Ferries\n\nThe harbour ferry to Gull Island leaves every 40 minutes from Pier 3.\n")
+    (docs / "parking.md").write_text(
+        "# Parking\n\nPark and ride at Saltmarsh costs 4 dollars a day, free on Sundays.\n")
+    directory = KnowledgeBaseDirectory(root / "kb").create(name="studio-test")
+    directory.add_or_update_source("guides", description="Ferry and parking guides.")
+    directory.index("guides", [docs])
+    directory.close()
+    return root / "kb"
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory):
+    if LANGGRAPH is None:
+        pytest.skip("langgraph-cli[inmem] is not installed (it is in the dev extra)")
+    from tests.server_harness import free_port
+
+    root = tmp_path_factory.mktemp("studio")
+    port = free_port()
+    env = {**os.environ, "AGENTIC_RETRIEVAL_KB": str(small_kb(root)),
+           "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false",
+           "LANGGRAPH_NO_VERSION_CHECK": "true", "LANGSMITH_API_KEY": "",
+           "AGENTIC_RETRIEVAL_CHAT_MODEL": ""}
+    log = (root / "dev.log").open("w")
+    process = subprocess.Popen(
+        [LANGGRAPH, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
+         "--port", str(port), "--config", str(REPO / "langgraph.json")],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"langgraph dev exited: {(root / 'dev.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                tail = (root / "dev.log").read_text()[-2000:]
+                pytest.fail(f"langgraph dev did not start: {tail}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+        log.close()
+
+
+async def test_a_run_through_langgraph_sdk_returns_references(dev_server):
+    from langgraph_sdk import get_client
+
+    client = get_client(url=dev_server)
+    assistants = await client.assistants.search(graph_id="agentic_retrieval")
+    assert assistants, "the graph from langgraph.json is not registered"
+    output = await client.runs.wait(
+        None, "agentic_retrieval",
+        input={"messages": [{"role": "user", "content": "When does the Gull Island ferry leave?"}]},
+        context={"reasoning_effort": "minimal"},
+    )
+    assert output["references"][0]["docKey"] == "docs-ferries-md-0"
+    assert "every 40 minutes" in output["response"]
+    kinds = [record["type"] for record in output["activity"]]
+    assert kinds[0] == "local" and "semanticReranker" in kinds
+
+
+async def test_the_graph_schema_exposes_the_context(dev_server):
+    from langgraph_sdk import get_client
+
+    client = get_client(url=dev_server)
+    assistant = (await client.assistants.search(graph_id="agentic_retrieval"))[0]
+    schemas = await client.assistants.get_schemas(assistant["assistant_id"])
+    context = schemas.get("context_schema") or schemas.get("config_schema") or {}
+    assert "reasoning_effort" in str(context)
