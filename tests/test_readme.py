@@ -42,7 +42,7 @@ def test_python_examples_run(monkeypatch):
     assert code, "the README should have runnable Python examples"
     namespace: dict = {}
     for body in code:
-        exec(compile(body, str(README), "exec"), namespace)  # noqa: S102
+        exec(compile(body, str(README), "exec"), namespace)
     response = namespace["response"]
     assert response.references[0].doc_key == "remote"
 

@@ -100,8 +100,8 @@ class KnowledgeBase:
         except ValidationError as exc:
             raise InvalidRequestError(_describe(exc)) from exc
 
-    def context_for(self, request: RetrieveRequest) -> Context:
-        """The run's Context: the defaults overridden by what the request sets."""
+    def context_for(self, request: RetrieveRequest, defaults: Context | None = None) -> Context:
+        """The run's Context: ``defaults`` (the KB's) overridden by what the request sets."""
         overrides: dict[str, Any] = {}
         if request.effort:
             overrides["reasoning_effort"] = request.effort
@@ -114,7 +114,7 @@ class KnowledgeBase:
         if request.max_output_size_in_tokens:
             overrides["max_output_tokens"] = request.max_output_size_in_tokens
         try:
-            return dataclasses.replace(self.defaults, **overrides)
+            return dataclasses.replace(defaults or self.defaults, **overrides)
         except ValueError as exc:
             raise InvalidRequestError(str(exc)) from exc
 
@@ -161,13 +161,19 @@ class KnowledgeBase:
     # --- running ------------------------------------------------------------------------------
 
     async def aretrieve(
-        self, request: RetrieveRequest | Mapping[str, Any], *, config: dict[str, Any] | None = None
+        self,
+        request: RetrieveRequest | Mapping[str, Any],
+        *,
+        config: dict[str, Any] | None = None,
+        defaults: Context | None = None,
     ) -> RetrieveResponse:
         """Run a retrieve request.
 
         Args:
             request: A :class:`RetrieveRequest` or its JSON shape.
             config: Optional LangChain ``RunnableConfig`` (callbacks, tags...).
+            defaults: Settings for this call where the request is silent (default: the
+                knowledge base's ``defaults``).
 
         Returns:
             The response; ``.status_code`` is 200, 206 (a source failed) or 408.
@@ -176,7 +182,7 @@ class KnowledgeBase:
             InvalidRequestError: For bad input (the message names the field).
         """
         parsed = self.parse_request(request)
-        context = self.context_for(parsed)
+        context = self.context_for(parsed, defaults)
         self.check(parsed, context)
         started = time.time()
         try:

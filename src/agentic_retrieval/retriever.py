@@ -7,6 +7,7 @@ text and ``metadata`` carries ``ref_id``, ``doc_key``, ``knowledge_source``,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
@@ -64,16 +65,21 @@ class KnowledgeBaseRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        config = {"callbacks": run_manager.get_child()}
-        response = run_sync(self.knowledge_base.aretrieve(self._request(query), config=config))
-        return _documents(response, int(kwargs.get("k", self.k)))
+        return run_sync(self._aget(query, run_manager.get_child(), int(kwargs.get("k", self.k))))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        config = {"callbacks": run_manager.get_child()}
-        response = await self.knowledge_base.aretrieve(self._request(query), config=config)
-        return _documents(response, int(kwargs.get("k", self.k)))
+        return await self._aget(query, run_manager.get_child(), int(kwargs.get("k", self.k)))
+
+    async def _aget(self, query: str, callbacks: Any, k: int) -> list[Document]:
+        kb = self.knowledge_base
+        # keep at least k ranked chunks so k documents can come back
+        defaults = dataclasses.replace(kb.defaults, top_n=min(200, max(kb.defaults.top_n, k)))
+        response = await kb.aretrieve(
+            self._request(query), config={"callbacks": callbacks}, defaults=defaults
+        )
+        return _documents(response, k)
 
 
 def _documents(response: RetrieveResponse, k: int) -> list[Document]:
