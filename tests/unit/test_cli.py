@@ -1,0 +1,122 @@
+"""The ``agentic-retrieval`` command: index, retrieve (readable and --json), demo, user errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agentic_retrieval.cli import app
+from agentic_retrieval.models import RetrieveResponse
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def docs(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ferries.md").write_text(
+        "# Ferries\n\nThe harbour ferry to Gull Island leaves every 40 minutes from Pier 3.\n")
+    (folder / "parking.md").write_text(
+        "# Parking\n\nPark and ride at Saltmarsh costs 4 dollars a day, free on Sundays.\n")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    return folder
+
+
+@pytest.fixture
+def kb(tmp_path, docs):
+    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "guides",
+                                 "--description", "Ferry and parking guides", str(docs)])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "kb"
+
+
+def test_index_reports_files_and_chunks(tmp_path, docs):
+    kb_dir = tmp_path / "kb"
+    first = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "guides", str(docs)])
+    assert first.exit_code == 0
+    lines = {line.strip("│ ").split("│")[0].strip(): line for line in first.stdout.splitlines()}
+    assert "│ 2" in lines["files indexed"] and "│ 1" in lines["files failed"]
+    assert "failed: " in first.stdout and "broken.pdf" in first.stdout
+    again = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "guides", str(docs)])
+    lines = {line.strip("│ ").split("│")[0].strip(): line for line in again.stdout.splitlines()}
+    assert "│ 0" in lines["files indexed"] and "│ 2" in lines["files unchanged (skipped)"]
+    manifest = json.loads((kb_dir / "knowledge-base.json").read_text())
+    assert manifest["name"] == "kb" and [s["name"] for s in manifest["sources"]] == ["guides"]
+
+
+def test_retrieve_json_prints_exactly_the_wire_response(kb):
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "--json",
+                                 "When does the Gull Island ferry leave?"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)  # nothing else on stdout
+    response = RetrieveResponse.model_validate(payload)
+    assert [ref.doc_key for ref in response.references] == ["docs-ferries-md-0"]
+    assert set(payload) == {"response", "activity", "references"}
+
+
+def test_retrieve_readable_view_shows_searches_references_and_grounding(kb):
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal",
+                                 "park and ride price"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "no LLM planning" in out
+    assert "Searches" in out and "guides" in out
+    assert "docs-parking-md-0" in out and "Parking" in out
+    assert "Grounding data: 1 chunks" in out
+
+
+def test_retrieve_filter_restricts_results(kb):
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "--json",
+                                 "--filter", "file_name eq 'parking.md'", "ferry parking"])
+    assert result.exit_code == 0, result.output
+    refs = json.loads(result.stdout)["references"]
+    assert [ref["docKey"] for ref in refs] == ["docs-parking-md-0"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--effort", "high"], "--effort must be one of minimal, low, medium"),
+        (["--output-mode", "poem"], "--output-mode must be one of"),
+        (["--effort", "minimal", "--output-mode", "answerSynthesis"], "answerSynthesis"),
+        (["--effort", "minimal", "--filter", "title eq"], "filterAddOn"),
+        (["--effort", "minimal", "--source", "ghost"], "no source 'ghost'"),
+        ([], "AGENTIC_RETRIEVAL_CHAT_MODEL"),
+    ],
+    ids=["bad-effort", "bad-output-mode", "answer-with-minimal", "bad-filter", "unknown-source",
+         "no-model-for-low"],
+)
+def test_user_mistakes_are_one_line_and_exit_2(kb, monkeypatch, args, needle):
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), *args, "ferry"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_kb_dir_is_exit_2(tmp_path):
+    result = runner.invoke(app, ["retrieve", "--kb", str(tmp_path / "nope"), "x"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: no knowledge base directory at {tmp_path / 'nope'}"
+
+
+def test_index_missing_path_is_exit_2(tmp_path):
+    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s",
+                                 str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "no such file or folder" in result.stderr
+
+
+def test_demo_builds_once_and_finds_the_expected_files(tmp_path):
+    kb_dir = tmp_path / "sample"
+    first = runner.invoke(app, ["demo", "--kb", str(kb_dir), "--questions", "4"])
+    assert first.exit_code == 0, first.output
+    assert "expected file in the top 5 for 4 of 4 questions" in first.stdout
+    assert "riders-service-hours-md-" in first.stdout
+    second = runner.invoke(app, ["demo", "--kb", str(kb_dir), "--questions", "1"])
+    assert second.exit_code == 0
+    assert "for 1 of 1 questions" in second.stdout
