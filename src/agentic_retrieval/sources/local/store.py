@@ -477,11 +477,11 @@ class LocalStore:
             if rows:
                 matrix = np.vstack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
                 norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-                matrix = matrix / np.where(norms == 0, 1, norms)
+                matrix = (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
             else:
                 matrix = np.zeros((0, 0), dtype=np.float32)
             rids = np.asarray([r for r, _ in rows], dtype=np.int64)
-            self._vectors = _VectorCache(generation, rids, matrix.astype(np.float32))
+            self._vectors = _VectorCache(generation, rids, matrix)
             return self._vectors
 
     def _fetch(self, ranked: Sequence[tuple[int, float]]) -> list[StoredHit]:
