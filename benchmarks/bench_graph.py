@@ -32,7 +32,9 @@ class SleepySource:
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         await asyncio.sleep(SLEEP)
-        return [Hit(doc_key=f"{self.name}-{i}", content=f"{query.text} passage {i}") for i in range(5)]
+        return [
+            Hit(doc_key=f"{self.name}-{i}", content=f"{query.text} passage {i}") for i in range(5)
+        ]
 
 
 class TimedSource:
@@ -53,7 +55,7 @@ class TimedSource:
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def fan_out(runs: int) -> None:
@@ -94,7 +96,8 @@ async def overhead(runs: int) -> None:
         own.append(source.spent)
     net = [t - s for t, s in zip(totals, own, strict=True)]
     print(f"minimal request over 200 in-memory docs ({runs} runs): total median "
-          f"{statistics.median(totals) * 1000:.2f} ms; source {statistics.median(own) * 1000:.2f} ms; "
+          f"{statistics.median(totals) * 1000:.2f} ms; "
+          f"source {statistics.median(own) * 1000:.2f} ms; "
           f"orchestration overhead median {statistics.median(net) * 1000:.2f} ms, "
           f"p95 {percentile(net, 0.95) * 1000:.2f} ms (target <= 5 ms median)")
 

@@ -11,10 +11,18 @@ import concurrent.futures
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import StreamMode
 from pydantic import ValidationError
 
 from agentic_retrieval.chat_models import ModelNotConfiguredError
@@ -32,6 +40,7 @@ from agentic_retrieval.models import (
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.state import InputState
 
 T = TypeVar("T")
 GRACE_SECONDS = 2.0
@@ -148,15 +157,19 @@ class KnowledgeBase:
             if not self.bindings.models.is_configured(role, context):
                 raise InvalidRequestError(str(ModelNotConfiguredError(role)))
 
-    def graph_input(self, request: RetrieveRequest) -> dict[str, Any]:
+    def graph_input(self, request: RetrieveRequest) -> InputState:
         """The graph input for ``request``."""
-        return {
-            "messages": [_to_message(m.role, m.text) for m in request.messages or [] if m.text],
-            "intents": [i.search for i in request.intents or []],
-            "knowledge_source_params": [
+        return InputState(
+            messages=[
+                cast(AnyMessage, _to_message(m.role, m.text))
+                for m in request.messages or []
+                if m.text
+            ],
+            intents=[i.search for i in request.intents or []],
+            knowledge_source_params=[
                 p.model_dump(exclude_none=True) for p in request.knowledge_source_params or []
             ],
-        }
+        )
 
     # --- running ------------------------------------------------------------------------------
 
@@ -164,7 +177,7 @@ class KnowledgeBase:
         self,
         request: RetrieveRequest | Mapping[str, Any],
         *,
-        config: dict[str, Any] | None = None,
+        config: RunnableConfig | None = None,
         defaults: Context | None = None,
     ) -> RetrieveResponse:
         """Run a retrieve request.
@@ -195,7 +208,7 @@ class KnowledgeBase:
         return self.to_response(output, parsed)
 
     def retrieve(
-        self, request: RetrieveRequest | Mapping[str, Any], *, config: dict[str, Any] | None = None
+        self, request: RetrieveRequest | Mapping[str, Any], *, config: RunnableConfig | None = None
     ) -> RetrieveResponse:
         """Synchronous :meth:`aretrieve` (safe to call where an event loop is running)."""
         return run_sync(self.aretrieve(request, config=config))
@@ -212,14 +225,13 @@ class KnowledgeBase:
         context = self.context_for(parsed)
         self.check(parsed, context)
         output: dict[str, Any] = {}
-        stream = self.graph.astream(
-            self.graph_input(parsed), context=context, stream_mode=["custom", "values"]
-        )
+        modes: list[StreamMode] = ["custom", "values"]
+        stream = self.graph.astream(self.graph_input(parsed), context=context, stream_mode=modes)
         async for mode, chunk in stream:
-            if mode == "custom":
+            if mode == "custom" and isinstance(chunk, Mapping):
                 yield dict(chunk)
-            else:
-                output = chunk
+            elif mode == "values" and isinstance(chunk, Mapping):
+                output = dict(chunk)
         response = self.to_response(output, parsed)
         yield {
             "event": "response",

@@ -16,6 +16,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
 from pydantic import ConfigDict
 
 from agentic_retrieval.knowledge_base import KnowledgeBase, run_sync
@@ -77,7 +78,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
         # keep at least k ranked chunks so k documents can come back
         defaults = dataclasses.replace(kb.defaults, top_n=min(200, max(kb.defaults.top_n, k)))
         response = await kb.aretrieve(
-            self._request(query), config={"callbacks": callbacks}, defaults=defaults
+            self._request(query), config=RunnableConfig(callbacks=callbacks), defaults=defaults
         )
         return _documents(response, k)
 

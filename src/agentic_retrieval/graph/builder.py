@@ -41,6 +41,9 @@ from agentic_retrieval.state import InputState, OutputState, RetrievalState
 
 GRAPH_NAME = "agentic_retrieval"
 
+RetrievalGraph = CompiledStateGraph[RetrievalState, Context, InputState, OutputState]
+"""The compiled graph's type."""
+
 
 def build_graph(
     sources: Iterable[KnowledgeSource] | Mapping[str, KnowledgeSource],
@@ -52,7 +55,7 @@ def build_graph(
     reranker: Reranker | None = None,
     checkpointer: Any = None,
     name: str = GRAPH_NAME,
-) -> CompiledStateGraph:
+) -> RetrievalGraph:
     """Build and compile the agentic retrieval graph.
 
     Args:
@@ -133,4 +136,4 @@ def _node(afunc: Callable[..., Any]) -> RunnableCallable:
     return RunnableCallable(func, afunc, name=afunc.__name__)
 
 
-__all__ = ["GRAPH_NAME", "Context", "build_graph"]
+__all__ = ["GRAPH_NAME", "Context", "RetrievalGraph", "build_graph"]

@@ -131,9 +131,9 @@ async def _score(
         results = [await _score_one(fallback, q, g) for q, g in by_query.items()]
     best: dict[tuple[str, str], float] = {}
     usage = {"inputTokens": 0, "outputTokens": 0}
-    for (group, scores, used) in results:
-        for key in usage:
-            usage[key] += used.get(key, 0)
+    for group, scores, used in results:
+        for counter in usage:
+            usage[counter] += used.get(counter, 0)
         for hit, score in zip(group, scores, strict=True):
             key = (hit.source, hit.doc_key)
             best[key] = max(best.get(key, 0.0), clamp_score(score))

@@ -93,9 +93,10 @@ async def _answer(
         return {**extractive, "activity_log": [entry]}
     answer, removed = validate_citations(result.value.answer, {h.ref_id for h in shown})
     entry = model_entry(
-        "answer", "modelAnswerSynthesis", started_wall=wall, started=clock, usage=result.usage,
-        **({"removedCitations": removed} if removed else {}),
+        "answer", "modelAnswerSynthesis", started_wall=wall, started=clock, usage=result.usage
     )
+    if removed:
+        entry.record["removedCitations"] = removed
     return {
         "response": answer,
         "grounded_ref_ids": [h.ref_id for h in shown],
