@@ -1,0 +1,19 @@
+"""Rerankers: one score per candidate on Azure's 0-4 semantic scale (see ``base.py``)."""
+
+from agentic_retrieval.rerankers.base import Reranker, clamp_score
+from agentic_retrieval.rerankers.compressor import CompressorReranker
+from agentic_retrieval.rerankers.embedding import EmbeddingReranker
+from agentic_retrieval.rerankers.lexical import LexicalReranker
+from agentic_retrieval.rerankers.llm_grader import LLMGraderReranker, RerankError
+from agentic_retrieval.rerankers.passthrough import PassthroughReranker
+
+__all__ = [
+    "CompressorReranker",
+    "EmbeddingReranker",
+    "LLMGraderReranker",
+    "LexicalReranker",
+    "PassthroughReranker",
+    "RerankError",
+    "Reranker",
+    "clamp_score",
+]
