@@ -356,6 +356,23 @@ def test_caller_filter_is_anded_with_planner_filter_never_replaced(toy_source):
     assert searched[0] == "(category ne 'bikes') and (year ge 2023)"
 
 
+def test_malformed_planner_filter_is_dropped_but_caller_filter_kept(toy_source):
+    source = RecordingSource(toy_source)
+    plan = {"needs_retrieval": True, "queries": [{"query": "tram", "filter": "year >= 2023"}]}
+    kb, _ = kb_with([source], {"QueryPlan": [plan]})
+    response = kb.retrieve(
+        {
+            "messages": [user("q")],
+            "knowledgeSourceParams": [
+                {"knowledgeSourceName": "transit", "filterAddOn": "year eq 2024"}
+            ],
+        }
+    )
+    assert [q.filter for q in source.queries] == ["(year eq 2024)"]
+    assert response.status_code == 200
+    assert {r.doc_key for r in response.references} <= {"fares", "hours"}
+
+
 def test_invalid_caller_filter_is_a_request_error(toy_source):
     kb = KnowledgeBase([toy_source])
     with pytest.raises(ValueError, match="filterAddOn"):
