@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase, SearchQuery, SourceError
@@ -106,3 +107,47 @@ def running_server(app: Any, *, ssl: dict[str, str] | None = None,
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def real_docs_kb_dir(root: Path) -> Path:
+    """A KB directory over ``../shared/data`` (Earth-book pages and Northwind PDFs), or over
+    the bundled sample corpus when the shared data is absent."""
+    from agentic_retrieval.kb_directory import KnowledgeBaseDirectory
+    from agentic_retrieval.kb_loader import build_sample_kb
+
+    if not SHARED_DATA.is_dir():
+        return build_sample_kb(root / "sample-kb").path
+    directory = KnowledgeBaseDirectory(root / "shared-kb").create(name="shared")
+    directory.add_or_update_source("earth", description="NASA Earth book pages.")
+    directory.add_or_update_source("northwind", description="Northwind benefits and handbook.")
+    directory.index("earth", [SHARED_DATA / "earth-book" / "pages"])
+    directory.index("northwind", [SHARED_DATA / "northwind"])
+    directory.close()
+    return directory.path
+
+
+async def load(url: str, bodies: list[dict[str, Any]], *, clients: int,
+               headers: dict[str, str] | None = None,
+               timeout: float = 30.0) -> list[tuple[int, dict[str, Any], float]]:
+    """Send every body from ``clients`` concurrent clients; return (status, json, seconds)."""
+    import httpx
+
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+    results: list[tuple[int, dict[str, Any], float]] = []
+
+    async def worker() -> None:
+        async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
+            while not queue.empty():
+                body = queue.get_nowait()
+                started = time.perf_counter()
+                response = await http.post(url, json=body)
+                results.append((response.status_code, response.json(),
+                                time.perf_counter() - started))
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return results

@@ -1,0 +1,126 @@
+"""Bounded load on a real uvicorn server: 200 requests from 20 concurrent clients.
+
+Correctness only (zero 5xx, every body a valid wire response, nothing hangs); the timed
+figures live in ``benchmarks/bench_server_load.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.server_harness import (
+    load,
+    real_docs_kb_dir,
+    running_server,
+)
+
+from agentic_retrieval import Context, KnowledgeBase
+from agentic_retrieval.kb_loader import open_knowledge_base
+from agentic_retrieval.models import RetrieveResponse
+from agentic_retrieval.server import ServerSettings, create_app
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
+GA = "2026-04-01"
+KEY = "load-key"
+QUESTIONS = [
+    "What does the employee handbook say about workplace safety?",
+    "Which plan covers out-of-network services?",
+    "How do clouds affect the Earth's climate?",
+    "What can PerksPlus reimburse?",
+    "How are hurricanes observed from space?",
+    "What is the deductible in Northwind Standard?",
+    "What do city lights at night show?",
+    "Which roles report to the chief executive?",
+]
+
+
+def body(i: int) -> dict:
+    return {"intents": [{"search": QUESTIONS[i % len(QUESTIONS)]}],
+            "retrievalReasoningEffort": {"kind": "minimal"}}
+
+
+@pytest.fixture(scope="module")
+def kb_dir(tmp_path_factory):
+    return real_docs_kb_dir(tmp_path_factory.mktemp("load"))
+
+
+def test_200_requests_from_20_clients_all_valid(kb_dir):
+    kb = open_knowledge_base(kb_dir)
+    settings = ServerSettings(api_keys=[KEY], read_env_keys=False)
+    with running_server(create_app(kb, settings=settings)) as base:
+        url = f"{base}/knowledgebases/{kb.name}/retrieve?api-version={GA}"
+        results = asyncio.run(load(url, [body(i) for i in range(200)], clients=20,
+                                   headers={"api-key": KEY}))
+    assert len(results) == 200
+    assert sorted({status for status, _, _ in results}) == [200]
+    for _, payload, _ in results:
+        response = RetrieveResponse.model_validate(payload)
+        assert response.references and response.activity
+
+
+class FlakySource:
+    """Delegates to a real source until ``broken`` is set, then fails or hangs."""
+
+    def __init__(self, inner, mode: str) -> None:
+        self.inner, self.mode = inner, mode
+        self.name, self.kind, self.description = inner.name, inner.kind, inner.description
+        self.broken = False
+
+    async def search(self, query):
+        if not self.broken:
+            return await self.inner.search(query)
+        if self.mode == "hang":
+            await asyncio.sleep(3600)
+        raise ConnectionError("the index went away")
+
+
+@pytest.mark.parametrize("mode", ["error", "hang"])
+def test_a_source_failing_mid_load_gives_206_with_the_other_sources_results(kb_dir, mode):
+    opened = open_knowledge_base(kb_dir)
+    names = list(opened.sources)
+    flaky = FlakySource(opened.sources[names[0]], mode)
+    healthy = opened.sources[names[1]]
+    kb = KnowledgeBase([flaky, healthy], name="flaky",
+                       defaults=Context(source_timeout_seconds=0.5))
+    with running_server(create_app(kb, settings=ServerSettings(read_env_keys=False))) as base:
+        url = f"{base}/knowledgebases/flaky/retrieve?api-version={GA}"
+
+        async def scenario():
+            before = await load(url, [body(i) for i in range(40)], clients=20)
+            flaky.broken = True
+            after = await load(url, [body(i) for i in range(100)], clients=20, timeout=20)
+            return before, after
+
+        before, after = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert {status for status, _, _ in before} == {200}
+    assert len(after) == 100
+    assert {status for status, _, _ in after} == {206}
+    healthy_keys, answerable = _healthy_results(healthy)
+    answered = 0
+    for _, payload, _ in after:
+        response = RetrieveResponse.model_validate(payload)
+        assert {ref.doc_key for ref in response.references} <= healthy_keys
+        answered += bool(response.references)
+        failed = [a for a in response.activity if a.error is not None]
+        expected_code = "Timeout" if mode == "hang" else "KnowledgeSourceError"
+        assert [(a.model_extra["knowledgeSourceName"], a.error.code) for a in failed] == [
+            (flaky.name, expected_code)]
+    # every request the healthy source can answer on its own got its results
+    assert answered == sum(answerable[i % len(QUESTIONS)] for i in range(100)) > 0
+
+
+def _healthy_results(source) -> tuple[set[str], list[bool]]:
+    """The doc keys the source returns for the questions, and which questions it answers."""
+    from agentic_retrieval import SearchQuery
+
+    async def collect() -> tuple[set[str], list[bool]]:
+        keys: set[str] = set()
+        answerable = []
+        for question in QUESTIONS:
+            hits = await source.search(SearchQuery(text=question))
+            keys |= {hit.doc_key for hit in hits}
+            answerable.append(bool(hits))
+        return keys, answerable
+
+    return asyncio.run(collect())
