@@ -33,26 +33,46 @@ async def retrieve_events(
 ) -> AsyncIterator[str]:
     """Stream ``kb``'s progress events, then a ``response`` event (or an ``error`` event).
 
-    The whole stream is bounded by ``runtime_seconds`` plus a grace period, so a client is
-    never left waiting on a run that went past its ``maxRuntimeInSeconds``.
+    The run is driven by its own task feeding a queue, so a client that disconnects (the
+    server cancels this generator) or a run that overshoots ``maxRuntimeInSeconds`` plus a
+    grace period only cancels that task; nothing is left running.
     """
+    queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+    producer = asyncio.create_task(_produce(kb, request, queue))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + runtime_seconds + GRACE_SECONDS
-    events = kb.astream(request).__aiter__()
     try:
         while True:
             remaining = max(deadline - loop.time(), 0.001)
             try:
-                event = await asyncio.wait_for(events.__anext__(), remaining)
-            except StopAsyncIteration:
-                return
+                item = await asyncio.wait_for(queue.get(), remaining)
             except TimeoutError:
                 message = f"maxRuntimeInSeconds ({runtime_seconds:g} s) elapsed"
                 yield sse("error", {**error_body("RequestTimeout", message), "status": 408})
                 return
-            except InvalidRequestError as exc:
-                yield sse("error", {**error_body("InvalidRequest", str(exc)), "status": 400})
+            if item is None:
                 return
-            yield sse(str(event.get("event", "progress")), event)
+            if isinstance(item, InvalidRequestError):
+                yield sse("error", {**error_body("InvalidRequest", str(item)), "status": 400})
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield sse(str(item.get("event", "progress")), item)
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        producer.cancel()
+
+
+async def _produce(
+    kb: KnowledgeBase,
+    request: RetrieveRequest,
+    queue: asyncio.Queue[dict[str, Any] | BaseException | None],
+) -> None:
+    try:
+        async for event in kb.astream(request):
+            queue.put_nowait(event)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # handed to the consumer, which reports or re-raises it
+        queue.put_nowait(exc)
+        return
+    queue.put_nowait(None)
