@@ -147,7 +147,7 @@ async def test_source_filter_alone_is_sent_unparenthesised_when_no_caller_filter
 
     hits = await source.search(SearchQuery(text="river"))
 
-    assert standin.search_requests()[0].body["filter"] == "(category eq 'ice')"
+    assert standin.search_requests()[0].body["filter"] == "category eq 'ice'"
     assert [h.doc_key for h in hits] == ["ice-1"]
 
 

@@ -158,7 +158,7 @@ def test_references_link_to_the_activity_of_the_source_that_found_them(
     # The source's own filter and the caller's filterAddOn both reached the service.
     [sent] = standin.search_requests()
     assert sent.body["search"] == "river delta floods"
-    assert sent.body["filter"] == "(year ge 2000) and ((category eq 'earth'))"
+    assert sent.body["filter"] == "(year ge 2000) and (category eq 'earth')"
     assert sent.body["queryType"] == "semantic"
     # sourceData only where asked for, with the index's metadata fields and captions.
     with_data = {r.doc_key: r.source_data for r in response.references if r.source_data}

@@ -221,7 +221,7 @@ def test_evaluate_filter_accepts_datetime_objects_and_flat_paths() -> None:
 
 def test_and_filters_parenthesises_each_part() -> None:
     assert and_filters(None, " ", None) is None
-    assert and_filters("a eq 1") == "(a eq 1)"
+    assert and_filters("a eq 1") == "a eq 1"
     combined = and_filters("dept eq 'hr'", None, "x eq 1 or y eq 2")
     assert combined == "(dept eq 'hr') and (x eq 1 or y eq 2)"
     # the planner's "or" cannot widen the caller's security filter
