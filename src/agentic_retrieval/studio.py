@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-
-from langgraph.graph.state import CompiledStateGraph
+from typing import Any
 
 from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.kb_loader import (
@@ -31,7 +30,7 @@ logger = logging.getLogger(__name__)
 KB_ENV_VAR = "AGENTIC_RETRIEVAL_KB"
 
 
-def make_graph() -> CompiledStateGraph:
+def make_graph() -> Any:
     """Build the graph Studio serves, from ``$AGENTIC_RETRIEVAL_KB`` or the sample corpus."""
     configured = os.environ.get(KB_ENV_VAR)
     if configured:

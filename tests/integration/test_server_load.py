@@ -82,7 +82,7 @@ def test_a_source_failing_mid_load_gives_206_with_the_other_sources_results(kb_d
     flaky = FlakySource(opened.sources[names[0]], mode)
     healthy = opened.sources[names[1]]
     kb = KnowledgeBase([flaky, healthy], name="flaky",
-                       defaults=Context(source_timeout_seconds=0.5))
+                       defaults=Context(source_timeout_seconds=3.0))
     with running_server(create_app(kb, settings=ServerSettings(read_env_keys=False))) as base:
         url = f"{base}/knowledgebases/flaky/retrieve?api-version={GA}"
 

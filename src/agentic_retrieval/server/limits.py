@@ -63,9 +63,10 @@ class GuardMiddleware:
         self.in_flight += 1
         try:
             if scope["method"] in _BODY_METHODS:
-                receive = await self._buffered(scope, receive, send)
-                if receive is None:
+                buffered = await self._buffered(scope, receive, send)
+                if buffered is None:
                     return
+                receive = buffered
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
