@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -37,23 +38,32 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     Returns:
         The tokens in order of appearance.
     """
-    folded = unicodedata.normalize("NFKD", text.casefold())
-    folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    return list(_tokens(text, drop_stopwords))
+
+
+@functools.lru_cache(maxsize=8192)
+def _tokens(text: str, drop_stopwords: bool) -> tuple[str, ...]:
+    # Cached: the same chunks are tokenized for every subquery and by several steps.
+    folded = text.casefold()
+    if not folded.isascii():
+        folded = unicodedata.normalize("NFKD", folded)
+        folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
     words = _WORD.findall(folded)
     if drop_stopwords:
-        return [stem(w) for w in words if w not in STOPWORDS]
-    return [stem(w) for w in words]
+        return tuple(stem(w) for w in words if w not in STOPWORDS)
+    return tuple(stem(w) for w in words)
 
 
-def shingles(text: str, size: int = 5) -> frozenset[tuple[str, ...]]:
-    """Word n-grams of ``text`` (for near-duplicate detection)."""
-    words = tokenize(text, drop_stopwords=False)
+@functools.lru_cache(maxsize=4096)
+def shingles(text: str, size: int = 5) -> frozenset[int]:
+    """Hashed word n-grams of ``text`` (for near-duplicate detection)."""
+    words = _tokens(text, False)
     if len(words) <= size:
-        return frozenset({tuple(words)})
-    return frozenset(tuple(words[i : i + size]) for i in range(len(words) - size + 1))
+        return frozenset({hash(words)})
+    return frozenset(hash(words[i : i + size]) for i in range(len(words) - size + 1))
 
 
-def jaccard(a: frozenset[tuple[str, ...]], b: frozenset[tuple[str, ...]]) -> float:
+def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
     """Jaccard similarity of two shingle sets."""
     if not a or not b:
         return 0.0

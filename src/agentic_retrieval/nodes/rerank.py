@@ -96,17 +96,23 @@ def unique_candidates(
             rank[key] = min(rank[key], position)
     ordered = sorted(first.values(), key=lambda h: (rank[(h.source, h.doc_key)], -h.score))
     kept: list[RetrievedHit] = []
-    kept_shingles: list[frozenset[tuple[str, ...]]] = []
+    kept_shingles: list[frozenset[int]] = []
     for hit in ordered:
         sh = shingles(hit.content)
         twin = next((k for k, s in zip(kept, kept_shingles, strict=True)
-                     if jaccard(sh, s) >= NEAR_DUPLICATE_JACCARD), None)
+                     if _similar_size(sh, s) and jaccard(sh, s) >= NEAR_DUPLICATE_JACCARD), None)
         if twin is not None:
             queries[(twin.source, twin.doc_key)] |= queries[(hit.source, hit.doc_key)]
             continue
         kept.append(hit)
         kept_shingles.append(sh)
     return kept, queries
+
+
+def _similar_size(a: frozenset[int], b: frozenset[int]) -> bool:
+    """Jaccard >= t needs min/max size >= t, so most pairs are ruled out without a join."""
+    small, large = sorted((len(a), len(b)))
+    return small >= NEAR_DUPLICATE_JACCARD * large
 
 
 async def _score(
