@@ -50,3 +50,41 @@ def test_python_examples_run(monkeypatch):
 @pytest.mark.parametrize("snippet", ["from agentic_retrieval import", "as_retriever"])
 def test_readme_mentions_the_public_api(snippet):
     assert snippet in README.read_text()
+
+
+def cli_lines() -> list[str]:
+    return [
+        line.strip() for body in blocks("bash") for line in body.splitlines()
+        if line.strip().startswith("agentic-retrieval ")
+    ]
+
+
+def test_readme_cli_commands_run(tmp_path, monkeypatch):
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    from agentic_retrieval.models import RetrieveResponse
+
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "vacation.md").write_text(
+        "# Vacation\n\nFull-time employees get 25 vacation days a year.\n"
+    )
+    (docs / "travel.md").write_text("# Travel\n\nBook trains for trips under 600 km.\n")
+    script = Path(sys.executable).with_name("agentic-retrieval")
+    lines = cli_lines()
+    assert len(lines) >= 3
+    outputs = []
+    for line in lines:
+        argv = [str(script), *shlex.split(line)[1:]]
+        done = subprocess.run(
+            argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, (line, done.stderr)
+        outputs.append(done.stdout)
+    response = RetrieveResponse.model_validate(json.loads(outputs[-1]))
+    assert response.references[0].doc_key.startswith("docs-vacation-md")
+    assert "25 vacation days" in response.text

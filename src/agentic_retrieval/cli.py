@@ -96,11 +96,19 @@ def index(
             help="Index vectors with the local model (needs the [local] extra).",
         ),
     ] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            help="KEY=VALUE metadata on every chunk, filterable with OData (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Create or update source NAME of the knowledge base in DIR from files and folders."""
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise UserError(f"no such file or folder: {', '.join(missing)}")
+    metadata = parse_metadata(meta or [])
     directory = KnowledgeBaseDirectory(kb)
     if directory.manifest_path.exists():
         directory.load()
@@ -108,9 +116,38 @@ def index(
         directory.create(name=name or _kb_name_from(kb))
     directory.add_or_update_source(source, description=description, embeddings=embeddings)
     with _index_progress(f"indexing into {source}") as progress:
-        report = directory.index(source, paths, progress=progress)
+        report = directory.index(source, paths, metadata=metadata or None, progress=progress)
     directory.close()
     _print_report(source, report)
+
+
+def parse_metadata(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs to a dict; values become int, float, bool or null when they read so.
+
+    Raises:
+        UserError: A pair without ``=`` or with a key that is not a plain field name.
+    """
+    metadata: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
+            raise UserError(f"--meta expects KEY=VALUE with a plain field name, not {pair!r}")
+        metadata[key.strip()] = _metadata_value(raw.strip())
+    return metadata
+
+
+def _metadata_value(raw: str) -> Any:
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "null":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
 
 
 def _kb_name_from(path: Path) -> str:

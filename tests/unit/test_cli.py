@@ -120,3 +120,29 @@ def test_demo_builds_once_and_finds_the_expected_files(tmp_path):
     second = runner.invoke(app, ["demo", "--kb", str(kb_dir), "--questions", "1"])
     assert second.exit_code == 0
     assert "for 1 of 1 questions" in second.stdout
+
+
+def test_index_meta_is_typed_and_filterable(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    (old / "ferry.md").write_text("# Ferry\n\nThe ferry leaves at 7 am.\n")
+    (new / "ferry.md").write_text("# Ferry\n\nThe ferry now leaves at 8 am.\n")
+    kb_dir = tmp_path / "kb"
+    for folder, year in ((old, "2023"), (new, "2025")):
+        result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "notes",
+                                     "--meta", f"year={year}", "--meta", "draft=false",
+                                     str(folder)])
+        assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb_dir), "--effort", "minimal",
+                                 "--json", "--filter", "year ge 2024 and draft eq false",
+                                 "ferry leaves"])
+    response = RetrieveResponse.model_validate(json.loads(result.stdout))
+    assert [r.doc_key for r in response.references] == ["new-ferry-md-0"]
+
+
+def test_index_meta_without_equals_is_exit_2(tmp_path, docs):
+    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s",
+                                 "--meta", "year", str(docs)])
+    assert result.exit_code == 2
+    assert "KEY=VALUE" in result.output
