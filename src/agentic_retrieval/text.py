@@ -7,6 +7,8 @@ import re
 import unicodedata
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_COMBINING = re.compile(r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
+"""Combining diacritical marks (what NFKD splits accents into)."""
 
 STOPWORDS = frozenset(
     """a an and are as at be but by can do does for from had has have how i if in into is it
@@ -42,25 +44,58 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
 
 
 @functools.lru_cache(maxsize=8192)
+def token_set(text: str) -> frozenset[str]:
+    """The distinct content-word tokens of ``text`` (cached)."""
+    return frozenset(_tokens(text, True))
+
+
+@functools.lru_cache(maxsize=8192)
 def _tokens(text: str, drop_stopwords: bool) -> tuple[str, ...]:
     # Cached: the same chunks are tokenized for every subquery and by several steps.
     folded = text.casefold()
     if not folded.isascii():
-        folded = unicodedata.normalize("NFKD", folded)
-        folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+        folded = _COMBINING.sub("", unicodedata.normalize("NFKD", folded))
     words = _WORD.findall(folded)
+    if len(_STEMS) > 200_000:  # bound the memo on unbounded vocabularies
+        _STEMS.clear()
+    stems = _STEMS
     if drop_stopwords:
-        return tuple(stem(w) for w in words if w not in STOPWORDS)
-    return tuple(stem(w) for w in words)
+        words = [w for w in words if w not in STOPWORDS]
+    return tuple(stems[w] if w in stems else _remember_stem(w) for w in words)
+
+
+_STEMS: dict[str, str] = {}
+
+
+def _remember_stem(word: str) -> str:
+    _STEMS[word] = stemmed = stem(word)
+    return stemmed
 
 
 @functools.lru_cache(maxsize=4096)
 def shingles(text: str, size: int = 5) -> frozenset[int]:
-    """Hashed word n-grams of ``text`` (for near-duplicate detection)."""
-    words = _tokens(text, False)
+    """Hashed n-grams of the content words of ``text`` (for near-duplicate detection).
+
+    Built from the same cached tokens the lexical reranker uses, so each chunk is tokenized
+    once per run.
+    """
+    words = _tokens(text, True)
     if len(words) <= size:
         return frozenset({hash(words)})
     return frozenset(hash(words[i : i + size]) for i in range(len(words) - size + 1))
+
+
+SKETCH_SIZE = 16
+
+
+@functools.lru_cache(maxsize=4096)
+def sketch(text: str) -> frozenset[int]:
+    """A bottom-k MinHash sketch of :func:`shingles`: the ``SKETCH_SIZE`` smallest hashes.
+
+    Two texts whose Jaccard similarity is high share most of their sketch, so comparing
+    sketches (16 values) rules out dissimilar pairs without joining whole shingle sets.
+    """
+    return frozenset(sorted(shingles(text))[:SKETCH_SIZE])
 
 
 def jaccard(a: frozenset[int], b: frozenset[int]) -> float:

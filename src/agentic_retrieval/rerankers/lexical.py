@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from agentic_retrieval.rerankers.base import clamp_score
 from agentic_retrieval.sources.base import Hit
-from agentic_retrieval.text import tokenize
+from agentic_retrieval.text import token_set, tokenize
 
 TITLE_BONUS = 0.15
 """Share of a term's weight added when it occurs in the title."""
@@ -35,12 +35,15 @@ class LexicalReranker:
         terms = sorted(set(tokenize(query)))
         if not terms or not hits:
             return [0.0] * len(hits)
-        bodies = [set(tokenize(h.content)) for h in hits]
-        titles = [set(tokenize(h.title or "")) for h in hits]
+        bodies = [token_set(h.content) for h in hits]
+        titles = [token_set(h.title or "") for h in hits]
         n = len(hits)
         weights = {}
         for term in terms:
-            df = sum(1 for body, title in zip(bodies, titles, strict=True) if term in body | title)
+            df = sum(
+                1 for body, title in zip(bodies, titles, strict=True)
+                if term in body or term in title
+            )
             # +1 smoothing keeps a term every candidate shares from weighing zero
             weights[term] = math.log(1 + (n + 1) / (df + 0.5))
         total = sum(weights.values())
