@@ -28,6 +28,7 @@ demo: install
 
 test: install-dev
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: venv
