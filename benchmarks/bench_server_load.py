@@ -18,21 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.server_harness import load, real_docs_kb_dir, running_server
+from tests.server_harness import SHARED_DATA_QUESTIONS, load, real_docs_kb_dir, running_server
 
 from agentic_retrieval.kb_loader import open_knowledge_base
 from agentic_retrieval.server import ServerSettings, create_app
 
-QUESTIONS = [
-    "What does the employee handbook say about workplace safety?",
-    "Which plan covers out-of-network services?",
-    "How do clouds affect the Earth's climate?",
-    "What can PerksPlus reimburse?",
-    "How are hurricanes observed from space?",
-    "What is the deductible in Northwind Standard?",
-    "What do city lights at night show?",
-    "Which roles report to the chief executive?",
-]
+QUESTIONS = SHARED_DATA_QUESTIONS
 
 
 def percentile(values: list[float], q: float) -> float:

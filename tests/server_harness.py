@@ -151,3 +151,16 @@ async def load(url: str, bodies: list[dict[str, Any]], *, clients: int,
 
     await asyncio.gather(*(worker() for _ in range(clients)))
     return results
+
+
+SHARED_DATA_QUESTIONS = [
+    "What does the employee handbook say about workplace safety?",
+    "Which plan covers out-of-network services?",
+    "How do clouds affect the Earth's climate?",
+    "What can PerksPlus reimburse?",
+    "How are hurricanes observed from space?",
+    "What is the deductible in Northwind Standard?",
+    "What do city lights at night show?",
+    "Which roles report to the chief executive?",
+]
+"""Questions over ../shared/data used by the load test and the load benchmark."""

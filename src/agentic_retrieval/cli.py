@@ -244,19 +244,9 @@ def build_request(
     filter_text: str | None,
 ) -> dict[str, Any]:
     """The wire request for one command-line question."""
-    request: dict[str, Any] = {
-        "messages": [{"role": "user", "content": [{"type": "text", "text": question}]}],
-    }
-    if effort:
-        request["retrievalReasoningEffort"] = {"kind": effort}
-    if output_mode:
-        request["outputMode"] = output_mode
-    if filter_text:
-        request["knowledgeSourceParams"] = [
-            {"knowledgeSourceName": name, "kind": src.kind, "filterAddOn": filter_text}
-            for name, src in kb.sources.items()
-        ]
-    return request
+    return kb.request_for(
+        [("user", question)], effort=effort, output_mode=output_mode, filter_add_on=filter_text
+    )
 
 
 def run_retrieve(

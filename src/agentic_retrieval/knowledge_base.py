@@ -10,7 +10,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
@@ -156,6 +156,38 @@ class KnowledgeBase:
         for role in roles:
             if not self.bindings.models.is_configured(role, context):
                 raise InvalidRequestError(str(ModelNotConfiguredError(role)))
+
+    def request_for(
+        self,
+        turns: Sequence[tuple[str, str]],
+        *,
+        effort: str | None = None,
+        output_mode: str | None = None,
+        filter_add_on: str | None = None,
+    ) -> dict[str, Any]:
+        """The wire request for a conversation, as the CLI and the MCP tool build it.
+
+        Args:
+            turns: ``(role, text)`` pairs, oldest first.
+            effort: ``minimal``, ``low`` or ``medium`` (default: the knowledge base's).
+            output_mode: ``extractiveData`` or ``answerSynthesis``.
+            filter_add_on: An OData filter ANDed onto every source.
+        """
+        request: dict[str, Any] = {
+            "messages": [
+                {"role": role, "content": [{"type": "text", "text": text}]} for role, text in turns
+            ]
+        }
+        if effort:
+            request["retrievalReasoningEffort"] = {"kind": effort}
+        if output_mode:
+            request["outputMode"] = output_mode
+        if filter_add_on:
+            request["knowledgeSourceParams"] = [
+                {"knowledgeSourceName": name, "kind": source.kind, "filterAddOn": filter_add_on}
+                for name, source in self.sources.items()
+            ]
+        return request
 
     def graph_input(self, request: RetrieveRequest) -> InputState:
         """The graph input for ``request``."""

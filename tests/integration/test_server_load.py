@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 from tests.server_harness import (
+    SHARED_DATA_QUESTIONS,
     load,
     real_docs_kb_dir,
     running_server,
@@ -23,16 +24,7 @@ from agentic_retrieval.server import ServerSettings, create_app
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 GA = "2026-04-01"
 KEY = "load-key"
-QUESTIONS = [
-    "What does the employee handbook say about workplace safety?",
-    "Which plan covers out-of-network services?",
-    "How do clouds affect the Earth's climate?",
-    "What can PerksPlus reimburse?",
-    "How are hurricanes observed from space?",
-    "What is the deductible in Northwind Standard?",
-    "What do city lights at night show?",
-    "Which roles report to the chief executive?",
-]
+QUESTIONS = SHARED_DATA_QUESTIONS
 
 
 def body(i: int) -> dict:

@@ -125,21 +125,12 @@ def tool_request(
         raise ToolError("give 'query' or 'messages'")
     if effort is None and not kb.bindings.models.is_configured("planning", kb.defaults):
         effort = "minimal"
-    request: dict[str, Any] = {
-        "messages": [
-            {"role": t["role"], "content": [{"type": "text", "text": t["content"]}]} for t in turns
-        ]
-    }
-    if effort:
-        request["retrievalReasoningEffort"] = {"kind": effort}
-    if output_mode:
-        request["outputMode"] = output_mode
-    if filter_text:
-        request["knowledgeSourceParams"] = [
-            {"knowledgeSourceName": name, "kind": source.kind, "filterAddOn": filter_text}
-            for name, source in kb.sources.items()
-        ]
-    return request
+    return kb.request_for(
+        [(t["role"], t["content"]) for t in turns],
+        effort=effort,
+        output_mode=output_mode,
+        filter_add_on=filter_text,
+    )
 
 
 class McpMounts:
