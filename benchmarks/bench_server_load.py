@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.server_harness import SHARED_DATA_QUESTIONS, load, real_docs_kb_dir, running_server
+from tests.server_harness import corpus_questions, load, real_docs_kb_dir, running_server
 
 from agentic_retrieval.kb_loader import open_knowledge_base
 from agentic_retrieval.server import ServerSettings, create_app
 
-QUESTIONS = SHARED_DATA_QUESTIONS
+QUESTIONS = corpus_questions()
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -164,3 +164,12 @@ SHARED_DATA_QUESTIONS = [
     "Which roles report to the chief executive?",
 ]
 """Questions over ../shared/data used by the load test and the load benchmark."""
+
+
+def corpus_questions() -> list[str]:
+    """Questions matching the corpus :func:`real_docs_kb_dir` indexes (shared data or sample)."""
+    if SHARED_DATA.is_dir():
+        return list(SHARED_DATA_QUESTIONS)
+    from agentic_retrieval.kb_loader import sample_questions
+
+    return [item["question"] for item in sample_questions()]

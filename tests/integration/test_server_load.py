@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 from tests.server_harness import (
-    SHARED_DATA_QUESTIONS,
+    corpus_questions,
     load,
     real_docs_kb_dir,
     running_server,
@@ -24,7 +24,7 @@ from agentic_retrieval.server import ServerSettings, create_app
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 GA = "2026-04-01"
 KEY = "load-key"
-QUESTIONS = SHARED_DATA_QUESTIONS
+QUESTIONS = corpus_questions()
 
 
 def body(i: int) -> dict:
