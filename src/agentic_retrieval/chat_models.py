@@ -115,6 +115,8 @@ class StructuredResult(Generic[SchemaT]):
     value: SchemaT | None
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
+    error_code: str = "ModelOutputInvalid"
+    """``Timeout``, ``ModelError`` (the provider failed) or ``ModelOutputInvalid``."""
     attempts: int = 0
 
 
@@ -150,16 +152,17 @@ async def structured_call(
         result.attempts += 1
         remaining = None if deadline is None else deadline - loop.time()
         if remaining is not None and remaining <= 0:
-            result.error = "timed out before the model answered"
+            result.error, result.error_code = "timed out before the model answered", "Timeout"
             break
         try:
             out: Any = await asyncio.wait_for(bound.ainvoke(messages, config=config), remaining)
         except TimeoutError:
-            result.error = "timed out before the model answered"
+            result.error, result.error_code = "timed out before the model answered", "Timeout"
             break
         except Exception as exc:  # a provider error must degrade the node, not the run
             logger.warning("structured call to %s failed: %s", schema.__name__, exc)
             result.error = f"{type(exc).__name__}: {exc}"
+            result.error_code = "ModelOutputInvalid" if _is_parse_error(exc) else "ModelError"
             continue
         raw = out.get("raw") if isinstance(out, dict) else None
         result.usage.add(raw if isinstance(raw, AIMessage) else None)
@@ -178,4 +181,13 @@ async def structured_call(
                 continue
         parsing_error = out.get("parsing_error") if isinstance(out, dict) else None
         result.error = f"output did not parse as {schema.__name__}: {parsing_error}"
+        result.error_code = "ModelOutputInvalid"
     return result
+
+
+def _is_parse_error(exc: Exception) -> bool:
+    """Whether a provider client raised because the output did not match the schema."""
+    from langchain_core.exceptions import OutputParserException
+    from pydantic import ValidationError
+
+    return isinstance(exc, OutputParserException | ValidationError | ValueError)

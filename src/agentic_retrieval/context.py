@@ -7,8 +7,12 @@ rerankers) are bound when the graph is built, see :func:`agentic_retrieval.build
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
+
+from langgraph.config import get_config
+from langgraph.runtime import Runtime
 
 from agentic_retrieval import prompts
 
@@ -145,3 +149,22 @@ class Context:
 def _check_range(name: str, value: float, low: float, high: float) -> None:
     if not low <= value <= high:
         raise ValueError(f"{name} must be between {low:g} and {high:g}, not {value!r}")
+
+
+def current_context(runtime: Runtime[Context] | None) -> Context:
+    """The run's Context: ``context=`` when given, else ``config["configurable"]``.
+
+    Both ways of configuring a LangGraph run work: ``graph.invoke(x, context=Context(...))``
+    and ``graph.invoke(x, {"configurable": {"reasoning_effort": "minimal"}})`` (what older
+    clients and some Studio set-ups send).
+    """
+    context = runtime.context if runtime is not None else None
+    if isinstance(context, Context):
+        return context
+    if isinstance(context, Mapping):
+        return Context.from_mapping(dict(context))
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # called outside a run
+        configurable = {}
+    return Context.from_mapping(dict(configurable))

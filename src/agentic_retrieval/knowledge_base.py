@@ -7,10 +7,9 @@ their JSON shape), so the same request works from Python, over HTTP and over MCP
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
@@ -41,6 +40,7 @@ from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import InputState
+from agentic_retrieval.sync import run_sync
 
 T = TypeVar("T")
 GRACE_SECONDS = 2.0
@@ -288,6 +288,7 @@ class KnowledgeBase:
         )
         response._partial = bool(output.get("partial"))
         response._timed_out = bool(output.get("timed_out"))
+        response._has_results = bool(output.get("passage_count")) or bool(response.references)
         return response
 
     def as_retriever(self, **kwargs: Any) -> Any:
@@ -295,16 +296,6 @@ class KnowledgeBase:
         from agentic_retrieval.retriever import KnowledgeBaseRetriever
 
         return KnowledgeBaseRetriever(knowledge_base=self, **kwargs)
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from sync code, even inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def _to_message(role: str | None, text: str) -> BaseMessage:

@@ -210,6 +210,7 @@ class RetrieveResponse(WireModel):
 
     _partial: bool = PrivateAttr(default=False)
     _timed_out: bool = PrivateAttr(default=False)
+    _has_results: bool | None = PrivateAttr(default=None)
 
     @property
     def text(self) -> str:
@@ -230,7 +231,8 @@ class RetrieveResponse(WireModel):
     @property
     def status_code(self) -> int:
         """The HTTP status this response maps to: 200, 206 (partial) or 408 (nothing ready)."""
-        if self._timed_out and not self.references:
+        has_results = bool(self.references) if self._has_results is None else self._has_results
+        if self._timed_out and not has_results:
             return 408
         if self._partial or self._timed_out:
             return 206

@@ -137,6 +137,8 @@ class OutputState(TypedDict, total=False):
     ``rerankerScore``, ``sourceData``."""
     activity: list[dict[str, Any]]
     """Wire activity records in start order, ids 0..n."""
+    passage_count: int
+    """Passages the response is built on (0 with a timeout means nothing was ready: 408)."""
     partial: Annotated[bool, operator.or_]
     """True when a knowledge source failed (HTTP 206)."""
     timed_out: Annotated[bool, operator.or_]

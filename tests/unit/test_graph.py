@@ -112,11 +112,18 @@ def test_low_respects_max_subqueries_and_always_query_source(toy_source, faq_sou
 def test_no_retrieval_needed_replies_without_searching(toy_source):
     source = RecordingSource(toy_source)
     plan = {"needs_retrieval": False, "assistant_message": "Hello! Ask me about trams."}
-    kb, _ = kb_with([source], {"QueryPlan": [plan]})
-    response = kb.retrieve({"messages": [user("hi there")]})
-    assert response.text == "Hello! Ask me about trams."
-    assert response.references == []
+    kb, _ = kb_with([source], {"QueryPlan": [plan, plan]})
+    answer = kb.retrieve({"messages": [user("hi there")], "outputMode": "answerSynthesis"})
+    assert answer.text == "Hello! Ask me about trams."
+    assert answer.references == []
+    # extractiveData callers parse the response as JSON: it stays an (empty) array
+    grounding = kb.retrieve({"messages": [user("hi there")]})
+    assert grounding.text == "[]"
+    planning = grounding.activity[0].model_extra
+    assert planning["retrievalNeeded"] is False
+    assert planning["assistantMessage"] == "Hello! Ask me about trams."
     assert source.queries == []
+    assert grounding.status_code == 200
 
 
 def test_low_without_model_fails_naming_the_variable(toy_source, monkeypatch):
@@ -497,3 +504,105 @@ def test_retriever_returns_documents_with_ref_metadata(toy_source, faq_source):
     assert {d.metadata["knowledge_source"] for d in docs} <= {"transit", "faq"}
     assert all(d.page_content and d.metadata["reranker_score"] is not None for d in docs)
     assert docs[0].id == docs[0].metadata["doc_key"]
+
+
+# --- runs on a checkpointed thread, configurable, time limits in the sync path --------------
+
+
+def test_second_turn_on_a_checkpointed_thread_starts_clean(toy_source, faq_source):
+    from langgraph.checkpoint.memory import MemorySaver
+
+    transit, faq = RecordingSource(toy_source), RecordingSource(faq_source)
+    graph = build_graph([transit, faq], checkpointer=MemorySaver())
+    config = {"configurable": {"thread_id": "conversation-1"}}
+    context = Context(reasoning_effort="minimal", max_runtime_seconds=1)
+    first = graph.invoke({"intents": ["bike late fee"]}, config, context=context)
+    assert "bike-fees" in [r["docKey"] for r in first["references"]]
+    import time as _time
+
+    _time.sleep(1.1)  # longer than the time limit: the second turn has its own clock
+    second = graph.invoke(
+        {"intents": ["day pass"], "knowledge_source_params": [
+            {"knowledgeSourceName": "transit", "filterAddOn": "category eq 'fares'"}]},
+        config, context=context,
+    )
+    assert [r["docKey"] for r in second["references"]] == ["fares"]
+    assert [q.text for q in transit.queries] == ["bike late fee", "day pass"]
+    assert [q.text for q in faq.queries] == ["bike late fee"]  # not asked again
+    assert not second["timed_out"] and not second["partial"]
+    assert [a["type"] for a in second["activity"]] == ["searchIndex", "semanticReranker"]
+    assert len(second["messages"]) == 2  # the conversation itself does carry over
+
+
+def test_configurable_settings_are_honoured_without_a_context(toy_source, monkeypatch):
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    graph = build_graph([toy_source])
+    out = graph.invoke(
+        {"messages": [HumanMessage("lost items")]},
+        {"configurable": {"reasoning_effort": "minimal", "top_n": 1}},
+    )
+    assert [r["docKey"] for r in out["references"]] == ["lost"]
+
+
+def test_plan_with_only_blank_queries_falls_back_with_an_error(toy_source):
+    source = RecordingSource(toy_source)
+    plan = {"needs_retrieval": True, "queries": [{"query": "  "}, {"query": ""}]}
+    kb, _ = kb_with([source], {"QueryPlan": [plan]})
+    response = kb.retrieve({"messages": [user("lost items on a tram")]})
+    assert [q.text for q in source.queries] == ["lost items on a tram"]
+    assert response.activity[0].error.code == "ModelOutputInvalid"
+
+
+class SlowReranker:
+    name = "slow-grader"
+
+    async def ascore(self, query, hits):
+        await asyncio.sleep(30)
+        return [4.0] * len(hits)
+
+
+def test_slow_reranker_keeps_the_search_results(toy_source):
+    kb = KnowledgeBase([toy_source], reranker=SlowReranker())
+    response = kb.retrieve({"intents": [{"search": "day pass"}], "maxRuntimeInSeconds": 1})
+    assert response.status_code == 206
+    assert response.references[0].doc_key == "fares"
+    rerank = next(r for r in response.activity if r.type == "semanticReranker")
+    assert rerank.error.code == "Timeout"
+
+
+def test_sync_retrieve_returns_at_the_limit_even_when_a_source_thread_lingers(toy_source):
+    import threading
+    import time as _time
+
+    from agentic_retrieval.sources.base import Hit
+
+    class BlockingThreadSource:
+        name, kind, description = "blocking", "searchIndex", "sync client in a thread"
+
+        async def search(self, query):
+            def blocking():
+                _time.sleep(4)
+                return [Hit(doc_key="late", content="late")]
+
+            return await asyncio.to_thread(blocking)
+
+    kb = KnowledgeBase([toy_source, BlockingThreadSource()])
+    started = _time.perf_counter()
+    response = kb.retrieve({"intents": [{"search": "day pass"}], "maxRuntimeInSeconds": 1})
+    assert _time.perf_counter() - started < 3
+    assert response.status_code == 206
+    assert threading.active_count() >= 1
+
+
+def test_timed_out_run_with_grounded_but_unreferenced_results_is_not_408(toy_source):
+    kb = KnowledgeBase([toy_source, SlowSource(delay=30)])
+    response = kb.retrieve({
+        "intents": [{"search": "day pass"}], "maxRuntimeInSeconds": 1,
+        "knowledgeSourceParams": [
+            {"knowledgeSourceName": "transit", "includeReferences": False},
+            {"knowledgeSourceName": "slow"},
+        ],
+    })
+    assert response.references == []
+    assert json.loads(response.text)[0]["content"].startswith("A single tram ride")
+    assert response.status_code == 206

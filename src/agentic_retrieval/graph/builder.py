@@ -11,9 +11,6 @@ START → route_intent ─┬→ plan_queries → search × N (Send) → rerank 
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextvars
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -38,6 +35,7 @@ from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import InputState, OutputState, RetrievalState
+from agentic_retrieval.sync import run_sync
 
 GRAPH_NAME = "agentic_retrieval"
 
@@ -122,16 +120,14 @@ def _by_name(
 def _node(afunc: Callable[..., Any]) -> RunnableCallable:
     """Give an async node a sync twin so ``invoke``/``stream`` work as well as ``ainvoke``.
 
-    The sync twin runs the coroutine on a fresh event loop in a worker thread (so it also
-    works when the caller's thread already runs a loop, as in Jupyter), carrying the
-    caller's context variables so callbacks and tracing still see the run.
+    The sync twin hands the coroutine to the library's background event loop (see
+    :mod:`agentic_retrieval.sync`), so it also works when the caller's thread already runs a
+    loop, as in Jupyter, and keeps the caller's context variables (callbacks, tracing).
     """
 
     @functools.wraps(afunc)
     def func(*args: Any, **kwargs: Any) -> Any:
-        context = contextvars.copy_context()
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(context.run, asyncio.run, afunc(*args, **kwargs)).result()
+        return run_sync(afunc(*args, **kwargs))
 
     return RunnableCallable(func, afunc, name=afunc.__name__)
 

@@ -7,7 +7,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.nodes.plan_queries import source_params
 from agentic_retrieval.nodes.search import build_tasks
 from agentic_retrieval.state import RetrievalState
@@ -22,7 +22,7 @@ def _searches(state: RetrievalState, runtime: Runtime[Context]) -> list[Send]:
     round_no = state.get("round_to_search")
     if round_no is None:
         return []
-    context = runtime.context or Context()
+    context = current_context(runtime)
     subqueries = [s for s in state.get("subqueries") or [] if s.round == round_no]
     tasks = build_tasks(subqueries, source_params(state), context, state["started_at"])
     return [Send("search", task) for task in tasks]
@@ -39,7 +39,7 @@ def after_rerank(
     state: RetrievalState, runtime: Runtime[Context]
 ) -> Literal["assess_evidence", "synthesize"]:
     """Medium effort judges the evidence; minimal and low go straight to the output."""
-    context = runtime.context or Context()
+    context = current_context(runtime)
     medium = context.reasoning_effort == "medium" and not state.get("intents")
     return "assess_evidence" if medium else "synthesize"
 
@@ -52,7 +52,7 @@ def after_assess_evidence(
     The budget (``Context.max_iterations``) is enforced by ``assess_evidence``, which only
     schedules a round while ``iteration < max_iterations``; this function dispatches it.
     """
-    context = runtime.context or Context()
+    context = current_context(runtime)
     if (state.get("iteration") or 0) > context.max_iterations:
         return "synthesize"
     return _searches(state, runtime) or "synthesize"

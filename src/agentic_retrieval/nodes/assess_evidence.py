@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from agentic_retrieval.activity import model_entry
 from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.chat_models import structured_call
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.conversation import last_user_text, remaining_seconds, today
 from agentic_retrieval.llm_schemas import EvidenceAssessment
 from agentic_retrieval.nodes.plan_queries import allowed_sources, resolve_subqueries, source_params
@@ -38,7 +38,7 @@ def make_assess_evidence(bindings: Bindings) -> NodeFn:
         state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Judge the evidence; plan a follow-up round when it falls short."""
-        context = runtime.context or Context()
+        context = current_context(runtime)
         left = remaining_seconds(state.get("started_at"), context)
         if left <= 0:
             return {"round_to_search": None, "timed_out": True}
@@ -99,6 +99,7 @@ async def _assess(
         started=clock,
         usage=result.usage,
         error=result.error if value is None else None,
+        error_code=result.error_code,
         isSufficient=value.is_sufficient if value else True,
         confidence=value.confidence if value else None,
         followupQueries=value.followup_queries if value else [],

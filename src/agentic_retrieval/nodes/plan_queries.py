@@ -15,7 +15,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agentic_retrieval.bindings import Bindings
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.models import KnowledgeSourceParams
 from agentic_retrieval.nodes.route_intent import NodeFn
 from agentic_retrieval.odata import ODataError, parse_filter
@@ -29,7 +29,7 @@ def make_plan_queries(bindings: Bindings) -> NodeFn:
 
     async def plan_queries(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Resolve sources and limits for the planned subqueries of this round."""
-        context = runtime.context or Context()
+        context = current_context(runtime)
         params = source_params(state)
         allowed = allowed_sources(bindings, context, params)
         always = [n for n in allowed if params.get(n) and params[n].always_query_source]

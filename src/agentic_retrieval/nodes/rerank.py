@@ -19,7 +19,8 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.activity import elapsed_ms, error_detail
 from agentic_retrieval.bindings import Bindings
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
+from agentic_retrieval.conversation import remaining_seconds
 from agentic_retrieval.nodes.plan_queries import source_params
 from agentic_retrieval.nodes.route_intent import NodeFn
 from agentic_retrieval.rerankers.base import Reranker, clamp_score
@@ -39,12 +40,25 @@ def make_rerank(bindings: Bindings) -> NodeFn:
 
     async def rerank(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Rank all candidates retrieved so far."""
-        context = runtime.context or Context()
+        context = current_context(runtime)
         wall, clock = time.time(), time.perf_counter()
         candidates, queries = unique_candidates(state.get("hits") or [])
         candidates = candidates[: context.max_docs_for_reranker]
         runtime.stream_writer({"event": "reranking", "candidates": len(candidates)})
-        scores, error, usage = await _score(bindings.reranker, candidates, queries)
+        left = remaining_seconds(state.get("started_at"), context)
+        timed_out = False
+        try:
+            scores, error, usage = await asyncio.wait_for(
+                _score(bindings.reranker, candidates, queries), max(left, 0.0)
+            )
+        except TimeoutError:
+            # keep what the searches found: rank it lexically rather than lose it
+            timed_out = True
+            scores, _, usage = await _score(LexicalReranker(), candidates, queries)
+            error = error_detail(
+                "Timeout", f"reranker {bindings.reranker.name} ran out of time; "
+                "candidates were ranked by lexical coverage instead"
+            )
         params = source_params(state)
         ranked: list[tuple[float, RetrievedHit]] = []
         for hit in candidates:
@@ -70,7 +84,10 @@ def make_rerank(bindings: Bindings) -> NodeFn:
             record["error"] = error
         round_no = state.get("iteration") or 0
         entry = ActivityEntry(key=f"rerank:{round_no}", started=wall, record=record)
-        return {"ranked": selection, "activity_log": [entry]}
+        update: dict[str, Any] = {"ranked": selection, "activity_log": [entry]}
+        if timed_out:
+            update["timed_out"] = True
+        return update
 
     return rerank
 

@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.activity import error_detail, finalize, total_usage
 from agentic_retrieval.bindings import Bindings
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.conversation import remaining_seconds
 from agentic_retrieval.models import KnowledgeSourceParams
 from agentic_retrieval.nodes.plan_queries import source_params
@@ -28,19 +28,22 @@ def make_respond(bindings: Bindings) -> NodeFn:
 
     async def respond(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Build the output state."""
-        context = runtime.context or Context()
+        context = current_context(runtime)
         entries = list(state.get("activity_log") or [])
         timed_out = bool(state.get("timed_out")) or (
             remaining_seconds(state.get("started_at"), context) < 0
         )
         entries += _summary_entries(state, context, timed_out)
         records, ids = finalize(entries)
+        grounded = set(state.get("grounded_ref_ids") or [])
         if not state.get("needs_retrieval", True):
-            text = state.get("assistant_message") or ""
+            reply = state.get("assistant_message") or ""
+            # extractiveData callers parse the response as a JSON array: keep it one (the
+            # reply is in the planning record and in messages)
+            text = reply if context.output_mode == "answerSynthesis" else "[]"
             references: list[dict[str, Any]] = []
         else:
-            text = state.get("response") or "[]"
-            grounded = set(state.get("grounded_ref_ids") or [])
+            reply = text = state.get("response") or "[]"
             ranked = [h for h in state.get("ranked") or [] if h.ref_id in grounded]
             references = _references(bindings, ranked, ids, source_params(state))
         runtime.stream_writer({"event": "done", "references": len(references)})
@@ -48,7 +51,8 @@ def make_respond(bindings: Bindings) -> NodeFn:
             "response": text,
             "references": references,
             "activity": records,
-            "messages": [AIMessage(content=text)],
+            "messages": [AIMessage(content=reply)],
+            "passage_count": len(grounded),
             "timed_out": timed_out,
         }
 
@@ -102,11 +106,12 @@ def _references(
             "rerankerScore": hit.final_score,
         }
         if param is not None and param.include_reference_source_data:
+            # metadata first: a metadata field must never replace the real key or text
             reference["sourceData"] = {
+                **hit.metadata,
                 "docKey": hit.doc_key,
                 "title": hit.title,
                 "content": hit.content,
-                **hit.metadata,
             }
         references.append(reference)
     return references

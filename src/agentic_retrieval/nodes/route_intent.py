@@ -15,11 +15,12 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
 
-from agentic_retrieval.activity import model_entry
+from agentic_retrieval.activity import error_detail, model_entry
 from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.chat_models import structured_call
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.conversation import (
     last_user_text,
     remaining_seconds,
@@ -39,12 +40,11 @@ def make_route_intent(bindings: Bindings) -> NodeFn:
         state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Route the request and plan the first retrieval round."""
-        started_at = state.get("started_at") or time.time()
-        context = runtime.context or Context()
+        context = current_context(runtime)
         intents = [i for i in state.get("intents") or [] if i and i.strip()]
         messages = state.get("messages") or []
         question = last_user_text(messages)
-        base = {"started_at": started_at, "iteration": 0, "timed_out": False, "partial": False}
+        base = fresh_run_state()
         if intents or context.reasoning_effort == "minimal":
             texts = intents or ([question] if question else [])
             if not texts:
@@ -54,9 +54,39 @@ def make_route_intent(bindings: Bindings) -> NodeFn:
         if not question:
             raise ValueError("nothing to retrieve: 'messages' holds no text")
         runtime.stream_writer({"event": "planning", "question": question})
-        return {**base, **await _plan(bindings, state, context, config, question, started_at)}
+        planned = await _plan(bindings, state, context, config, question, base["started_at"])
+        return {**base, **planned, "activity_log": Overwrite(planned["activity_log"])}
 
     return route_intent
+
+
+def fresh_run_state() -> dict[str, Any]:
+    """Reset every per-run channel, so a thread with a checkpointer starts each turn clean.
+
+    Without it, a second turn on the same thread would rerank the first turn's hits (which
+    may have been retrieved without this turn's security filter), re-run its subqueries,
+    inherit its partial/timed-out flags and measure its time limit from the first turn.
+    """
+    return {
+        "started_at": time.time(),
+        "iteration": 0,
+        "round_to_search": None,
+        "needs_retrieval": True,
+        "assistant_message": "",
+        "planned": [],
+        "subqueries": Overwrite([]),
+        "hits": Overwrite([]),
+        "ranked": [],
+        "evidence": None,
+        "grounded_ref_ids": [],
+        "activity_log": Overwrite([]),
+        "response": "",
+        "references": [],
+        "activity": [],
+        "passage_count": 0,
+        "partial": Overwrite(False),
+        "timed_out": Overwrite(False),
+    }
 
 
 async def _plan(
@@ -82,33 +112,32 @@ async def _plan(
         timeout=remaining_seconds(started_at, context),
     )
     plan = result.value
-    fallback = plan is None or (plan.needs_retrieval and not plan.queries)
     entry = model_entry(
-        "plan",
-        "modelQueryPlanning",
-        started_wall=wall,
-        started=clock,
-        usage=result.usage,
-        error=(result.error or "the plan had no queries") if fallback else None,
+        "plan", "modelQueryPlanning", started_wall=wall, started=clock, usage=result.usage,
+        error=result.error, error_code=result.error_code,
     )
     if plan is not None and not plan.needs_retrieval:
         reply = plan.assistant_message.strip() or "How can I help?"
+        entry.record.update(retrievalNeeded=False, assistantMessage=reply)
         return {"needs_retrieval": False, "assistant_message": reply, "activity_log": [entry]}
-    if fallback or plan is None:
+    planned = [
+        Subquery(
+            id=f"q0.{i}",
+            text=q.query.strip(),
+            goal=q.goal.strip() or None,
+            filter=q.filter.strip() or None,
+            sources=tuple(q.knowledge_sources),
+        )
+        for i, q in enumerate(plan.queries if plan is not None else [])
+        if q.query.strip()
+    ]
+    if not planned:
         # Degrade rather than fail: search the question as asked.
         planned = [Subquery(id="q0.0", text=question)]
-    else:
-        planned = [
-            Subquery(
-                id=f"q0.{i}",
-                text=q.query.strip(),
-                goal=q.goal.strip() or None,
-                filter=q.filter.strip() or None,
-                sources=tuple(q.knowledge_sources),
+        if plan is not None:
+            entry.record["error"] = error_detail(
+                "ModelOutputInvalid", "the plan asked for retrieval but had no usable query"
             )
-            for i, q in enumerate(plan.queries)
-            if q.query.strip()
-        ]
     return {"needs_retrieval": True, "planned": planned, "activity_log": [entry]}
 
 

@@ -22,7 +22,7 @@ from agentic_retrieval.activity import model_entry
 from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.chat_models import structured_call
 from agentic_retrieval.citations import validate_citations
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.conversation import last_user_text, remaining_seconds, today
 from agentic_retrieval.llm_schemas import SynthesizedAnswer
 from agentic_retrieval.nodes.route_intent import NodeFn
@@ -37,7 +37,7 @@ def make_synthesize(bindings: Bindings) -> NodeFn:
         state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Produce the grounding string or the cited answer."""
-        context = runtime.context or Context()
+        context = current_context(runtime)
         ranked = state.get("ranked") or []
         text, kept = grounding_string(ranked, context.max_output_size, context.max_output_tokens)
         extractive = {"response": text, "grounded_ref_ids": [h.ref_id for h in kept]}
@@ -89,6 +89,7 @@ async def _answer(
         entry = model_entry(
             "answer", "modelAnswerSynthesis", started_wall=wall, started=clock,
             usage=result.usage, error=result.error or "the answer was empty",
+            error_code=result.error_code,
         )
         return {**extractive, "activity_log": [entry]}
     answer, removed = validate_citations(result.value.answer, {h.ref_id for h in shown})
