@@ -54,8 +54,8 @@ def make_route_intent(bindings: Bindings) -> NodeFn:
         if not question:
             raise ValueError("nothing to retrieve: 'messages' holds no text")
         runtime.stream_writer({"event": "planning", "question": question})
-        planned = await _plan(bindings, state, context, config, question, base["started_at"])
-        return {**base, **planned, "activity_log": Overwrite(planned["activity_log"])}
+        update = await _plan(bindings, state, context, config, question, base["started_at"])
+        return {**base, **update, "activity_log": Overwrite(update["activity_log"])}
 
     return route_intent
 
