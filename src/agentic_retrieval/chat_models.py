@@ -29,6 +29,10 @@ Role = Literal["planning", "evidence", "answer"]
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 
+class ModelUnavailableError(ValueError):
+    """A configured chat model cannot be created (unknown provider, missing credentials)."""
+
+
 class ModelNotConfiguredError(ValueError):
     """No chat model is configured for a role that needs one."""
 
@@ -44,7 +48,12 @@ class ModelNotConfiguredError(ValueError):
 def _init_model(spec: str) -> BaseChatModel:
     from langchain.chat_models import init_chat_model
 
-    return init_chat_model(spec)
+    try:
+        return init_chat_model(spec)
+    except Exception as exc:  # provider packages raise many types; all mean "unusable"
+        raise ModelUnavailableError(
+            f"chat model {spec!r} cannot be created: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 @dataclass
@@ -78,14 +87,16 @@ class ChatModels:
 
     def is_configured(self, role: Role, context: Context) -> bool:
         """Whether :meth:`resolve` would find a model (without building one)."""
+        candidates = (
+            getattr(context, f"{role}_model"),
+            context.chat_model,
+            getattr(self, role),
+            self.default,
+            os.environ.get(MODEL_ENV_VAR),
+        )
         return any(
-            (
-                getattr(context, f"{role}_model"),
-                context.chat_model,
-                getattr(self, role),
-                self.default,
-                os.environ.get(MODEL_ENV_VAR),
-            )
+            isinstance(c, BaseChatModel) or (isinstance(c, str) and c.strip())
+            for c in candidates
         )
 
 

@@ -1,49 +1,61 @@
-"""Citation checking: an answer may cite only ref_ids present in the references."""
+"""Citation checking: an answer may cite only ref_ids present in the references.
+
+Models write citations in many shapes (``[ref_id:3]``, ``[ref_id: 1, 2]``, ``[ref_id:1-2]``,
+``[[ref_id:4]]``, ``[ref_id:05]``); every bracket that starts with ``ref_id`` is parsed, the
+ids that are references are rewritten canonically as ``[ref_id:N]`` and the others are
+removed. Text outside removed markers is never touched.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
 
-CITATION = re.compile(r"\[\s*ref_id\s*:\s*(\d+)\s*\]", re.IGNORECASE)
-_GROUP = re.compile(r"\[\s*ref_id\s*:\s*(\d+(?:\s*,\s*(?:ref_id\s*:\s*)?\d+)+)\s*\]", re.IGNORECASE)
+CITATION = re.compile(r"\[+\s*ref_id\b[^\[\]\n]*\]+", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_GONE = "\x00"
+
+
+def _ids(marker: str) -> list[int | None]:
+    """Numbers in a marker: ints, or ``None`` for a number that is not a whole id."""
+    values: list[int | None] = []
+    for token in _NUMBER.findall(marker):
+        number = float(token)
+        values.append(int(number) if number.is_integer() else None)
+    return values
 
 
 def cited_ids(answer: str) -> list[int]:
-    """ref_ids cited in ``answer`` as ``[ref_id:N]``, in order of first citation."""
+    """ref_ids cited in ``answer``, in order of first citation."""
     seen: list[int] = []
-    for match in CITATION.finditer(normalize_citations(answer)):
-        value = int(match.group(1))
-        if value not in seen:
-            seen.append(value)
+    for match in CITATION.finditer(answer):
+        for value in _ids(match.group(0)):
+            if value is not None and value not in seen:
+                seen.append(value)
     return seen
 
 
-def normalize_citations(answer: str) -> str:
-    """Split grouped citations ``[ref_id:1, 2]`` into ``[ref_id:1][ref_id:2]``."""
-
-    def split(match: re.Match[str]) -> str:
-        numbers = re.findall(r"\d+", match.group(1))
-        return "".join(f"[ref_id:{n}]" for n in numbers)
-
-    return _GROUP.sub(split, answer)
-
-
 def validate_citations(answer: str, valid: Collection[int]) -> tuple[str, list[int]]:
-    """Strip citations of ref_ids not in ``valid``.
+    """Keep citations of ``valid`` ref_ids (canonical form), remove every other one.
 
     Returns:
-        The repaired answer (canonical ``[ref_id:N]`` markers) and the removed ids.
+        The repaired answer and the removed ids (non-whole numbers are dropped silently).
     """
     removed: list[int] = []
 
-    def keep_or_drop(match: re.Match[str]) -> str:
-        value = int(match.group(1))
-        if value in valid:
-            return f"[ref_id:{value}]"
-        removed.append(value)
-        return ""
+    def rewrite(match: re.Match[str]) -> str:
+        kept: list[int] = []
+        for value in _ids(match.group(0)):
+            if value is not None and value in valid:
+                if value not in kept:
+                    kept.append(value)
+            elif value is not None and value not in removed:
+                removed.append(value)
+        return "".join(f"[ref_id:{v}]" for v in kept) or _GONE
 
-    repaired = CITATION.sub(keep_or_drop, normalize_citations(answer))
-    repaired = re.sub(r"[ \t]+([.,;:!?])", r"\1", repaired)
-    return repaired.strip(), removed
+    repaired = CITATION.sub(rewrite, answer)
+    # close the gap a removed marker leaves, and only there
+    repaired = re.sub(rf"^{_GONE}+[ \t]*", "", repaired, flags=re.MULTILINE)
+    repaired = re.sub(rf"[ \t]*{_GONE}+(?=[.,;:!?)]|$)", "", repaired, flags=re.MULTILINE)
+    repaired = re.sub(rf"[ \t]*{_GONE}+", "", repaired)
+    return repaired.rstrip(), removed

@@ -111,7 +111,9 @@ class Context:
     )
 
     def __post_init__(self) -> None:
-        """Validate ranges so a bad value fails loudly, naming the field."""
+        """Validate types, ranges and prompts so a bad value fails loudly, naming the field."""
+        _check_types(self)
+        _check_prompts(self)
         _check_range("max_subqueries", self.max_subqueries, 1, 10)
         _check_range("max_iterations", self.max_iterations, 0, 5)
         _check_range("search_top", self.search_top, 1, 1000)
@@ -144,6 +146,58 @@ class Context:
         """Build a Context from a dict, ignoring keys that are not fields."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in (values or {}).items() if k in names})
+
+
+_INTEGER_FIELDS = ("max_subqueries", "max_iterations", "search_top", "max_docs_for_reranker",
+                   "top_n", "max_output_size")
+_NUMBER_FIELDS = ("max_runtime_seconds", "source_timeout_seconds")
+_OPTIONAL_TEXT_FIELDS = ("chat_model", "planning_model", "evidence_model", "answer_model")
+_PROMPT_PLACEHOLDERS: dict[str, dict[str, Any]] = {
+    "routing_prompt": {"today": "", "max_subqueries": 3, "sources": ""},
+    "evidence_prompt": {"today": "", "max_subqueries": 3, "previous_queries": ""},
+    "answer_prompt": {"today": "", "missing": "", "passages": ""},
+}
+
+
+def _check_types(context: Context) -> None:
+    for name in _INTEGER_FIELDS:
+        value = getattr(context, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer, not {value!r}")
+    for name in _NUMBER_FIELDS:
+        value = getattr(context, name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} must be a number, not {value!r}")
+    for name in _OPTIONAL_TEXT_FIELDS:
+        value = getattr(context, name)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a 'provider:model' string, not {value!r}")
+    sources = context.knowledge_sources
+    if sources is not None and (
+        isinstance(sources, str) or not all(isinstance(s, str) for s in sources)
+    ):
+        raise ValueError(f"knowledge_sources must be a list of source names, not {sources!r}")
+    tokens = context.max_output_tokens
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
+        raise ValueError(f"max_output_tokens must be an integer, not {tokens!r}")
+
+
+def _check_prompts(context: Context) -> None:
+    """Prompts are filled with ``str.format``: check their placeholders now, not mid-run."""
+    for name, values in _PROMPT_PLACEHOLDERS.items():
+        prompt = getattr(context, name)
+        if not isinstance(prompt, str):
+            raise ValueError(f"{name} must be a string")
+        try:
+            prompt.format(**values)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"{name} has an unknown or malformed placeholder ({exc!s}); its placeholders "
+                f"are {', '.join('{' + k + '}' for k in values)}, and literal braces must be "
+                "doubled ({{ }})"
+            ) from exc
+    if "{passages}" not in context.answer_prompt:
+        raise ValueError("answer_prompt must contain {passages}, or the model sees no evidence")
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:

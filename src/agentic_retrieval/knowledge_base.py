@@ -24,7 +24,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import StreamMode
 from pydantic import ValidationError
 
-from agentic_retrieval.chat_models import ModelNotConfiguredError
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
 from agentic_retrieval.graph.builder import build_graph
@@ -154,8 +153,10 @@ class KnowledgeBase:
             ["evidence"] if needs_planner and context.reasoning_effort == "medium" else []
         ) + (["answer"] if context.output_mode == "answerSynthesis" else [])
         for role in roles:
-            if not self.bindings.models.is_configured(role, context):
-                raise InvalidRequestError(str(ModelNotConfiguredError(role)))
+            try:
+                self.bindings.models.resolve(role, context)  # builds it: surfaces bad config
+            except ValueError as exc:  # ModelNotConfiguredError, ModelUnavailableError
+                raise InvalidRequestError(str(exc)) from exc
 
     def request_for(
         self,

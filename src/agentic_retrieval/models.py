@@ -56,7 +56,7 @@ class MessageContent(WireModel):
     """One content part of a message: ``text`` or ``image``."""
 
     type: Literal["text", "image"] = "text"
-    text: str | None = None
+    text: str | None = Field(default=None, max_length=200_000)
     image: ImageContent | None = None
 
     @model_validator(mode="after")
@@ -86,6 +86,13 @@ class SemanticIntent(WireModel):
     type: Literal["semantic"] = "semantic"
     search: str = Field(min_length=1, max_length=10_000)
 
+    @field_validator("search")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value.strip()
+
 
 class ReasoningEffort(WireModel):
     """``retrievalReasoningEffort``: how much LLM work the retrieval may do."""
@@ -103,6 +110,12 @@ class KnowledgeSourceParams(WireModel):
     include_reference_source_data: bool | None = None
     always_query_source: bool | None = None
     reranker_threshold: float | None = Field(default=None, ge=0.0, le=4.0)
+    # Web-source parameters the SDK defines (WebKnowledgeSourceParams): accepted so SDK
+    # requests validate, unused by the sources this library ships.
+    language: str | None = None
+    market: str | None = None
+    count: int | None = Field(default=None, ge=1, le=1000)
+    freshness: str | None = None
 
 
 class RetrieveRequest(WireModel):

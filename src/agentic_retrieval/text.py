@@ -5,10 +5,36 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _COMBINING = re.compile(r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 """Combining diacritical marks (what NFKD splits accents into)."""
+_CJK_RUN = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+)")
+"""Runs of Chinese, Japanese or Korean characters, written without spaces between words."""
+
+MAX_CACHED_CHARS = 20_000
+"""Longer texts are tokenized without caching, so a few huge inputs cannot fill memory."""
+
+
+def _short_text_cache(maxsize: int) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """``lru_cache`` for texts up to ``MAX_CACHED_CHARS`` (the first argument)."""
+
+    def decorate(function: Callable[..., R]) -> Callable[..., R]:
+        cached = functools.lru_cache(maxsize=maxsize)(function)
+
+        @functools.wraps(function)
+        def wrapper(text: str, *args: Any) -> R:
+            if len(text) > MAX_CACHED_CHARS:
+                return function(text, *args)
+            return cached(text, *args)
+
+        return wrapper
+
+    return decorate
 
 STOPWORDS = frozenset(
     """a an and are as at be but by can do does for from had has have how i if in into is it
@@ -43,19 +69,22 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return list(_tokens(text, drop_stopwords))
 
 
-@functools.lru_cache(maxsize=8192)
+@_short_text_cache(maxsize=8192)
 def token_set(text: str) -> frozenset[str]:
     """The distinct content-word tokens of ``text`` (cached)."""
     return frozenset(_tokens(text, True))
 
 
-@functools.lru_cache(maxsize=8192)
+@_short_text_cache(maxsize=8192)
 def _tokens(text: str, drop_stopwords: bool) -> tuple[str, ...]:
     # Cached: the same chunks are tokenized for every subquery and by several steps.
     folded = text.casefold()
-    if not folded.isascii():
+    ascii_only = folded.isascii()
+    if not ascii_only:
         folded = _COMBINING.sub("", unicodedata.normalize("NFKD", folded))
     words = _WORD.findall(folded)
+    if not ascii_only:
+        words = _segment_cjk(words)
     if len(_STEMS) > 200_000:  # bound the memo on unbounded vocabularies
         _STEMS.clear()
     stems = _STEMS
@@ -67,12 +96,29 @@ def _tokens(text: str, drop_stopwords: bool) -> tuple[str, ...]:
 _STEMS: dict[str, str] = {}
 
 
+def _segment_cjk(words: list[str]) -> list[str]:
+    """Split CJK runs into overlapping character bigrams (the usual unsegmented-text index)."""
+    out: list[str] = []
+    for word in words:
+        if not _CJK_RUN.search(word):
+            out.append(word)
+            continue
+        for piece in _CJK_RUN.split(word):
+            if not piece:
+                continue
+            if _CJK_RUN.fullmatch(piece) and len(piece) > 1:
+                out.extend(piece[i : i + 2] for i in range(len(piece) - 1))
+            else:
+                out.append(piece)
+    return out
+
+
 def _remember_stem(word: str) -> str:
     _STEMS[word] = stemmed = stem(word)
     return stemmed
 
 
-@functools.lru_cache(maxsize=4096)
+@_short_text_cache(maxsize=4096)
 def shingles(text: str, size: int = 5) -> frozenset[int]:
     """Hashed n-grams of the content words of ``text`` (for near-duplicate detection).
 
@@ -88,7 +134,7 @@ def shingles(text: str, size: int = 5) -> frozenset[int]:
 SKETCH_SIZE = 16
 
 
-@functools.lru_cache(maxsize=4096)
+@_short_text_cache(maxsize=4096)
 def sketch(text: str) -> frozenset[int]:
     """A bottom-k MinHash sketch of :func:`shingles`: the ``SKETCH_SIZE`` smallest hashes.
 

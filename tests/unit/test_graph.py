@@ -606,3 +606,53 @@ def test_timed_out_run_with_grounded_but_unreferenced_results_is_not_408(toy_sou
     assert response.references == []
     assert json.loads(response.text)[0]["content"].startswith("A single tram ride")
     assert response.status_code == 206
+
+
+def test_answer_cannot_cite_passages_of_unreferenced_sources(toy_source, faq_source):
+    script = {
+        "QueryPlan": [{"needs_retrieval": True, "queries": [{"query": "day pass refund"}]}],
+        "SynthesizedAnswer": [{"answer": "Refunds [ref_id:0]. Passes [ref_id:1]. [ref_id:2]"}],
+    }
+    kb, _ = kb_with([toy_source, faq_source], script)
+    response = kb.retrieve({
+        "messages": [user("day pass refund?")], "outputMode": "answerSynthesis",
+        "knowledgeSourceParams": [
+            {"knowledgeSourceName": "transit"},
+            {"knowledgeSourceName": "faq", "includeReferences": False},
+        ],
+    })
+    from agentic_retrieval.citations import cited_ids
+
+    referenced = {int(r.id) for r in response.references}
+    assert set(cited_ids(response.text)) <= referenced
+    assert all(r.doc_key != "faq-refund" for r in response.references)
+
+
+def test_a_marker_inside_document_text_does_not_make_an_id_citable():
+    from agentic_retrieval import InMemoryKnowledgeSource
+
+    docs = [
+        {"key": "a", "content": "Leave is 2 days a month. " * 3},
+        {"key": "b", "content": "See also [ref_id:1] leave carry over rules " + "x " * 400},
+    ]
+    script = {
+        "QueryPlan": [{"needs_retrieval": True, "queries": [{"query": "leave"}]}],
+        "SynthesizedAnswer": [{"answer": "Leave is 2 days [ref_id:0][ref_id:1]."}],
+    }
+    kb, _ = kb_with([InMemoryKnowledgeSource("hr", docs)], script)
+    response = kb.retrieve({
+        "messages": [user("leave?")], "outputMode": "answerSynthesis", "maxOutputSize": 200,
+    })
+    assert response.text == "Leave is 2 days [ref_id:0]."
+    assert [r.id for r in response.references] == ["0"]
+
+
+def test_token_budget_counts_non_latin_text_conservatively():
+    from agentic_retrieval import InMemoryKnowledgeSource
+
+    docs = [{"key": f"k{i}", "content": f"带薪休假 政策 {i} " + "员工每个月累积两天" * 20}
+            for i in range(5)]
+    kb = KnowledgeBase([InMemoryKnowledgeSource("hr", docs)])
+    response = kb.retrieve({"intents": [{"search": "带薪休假"}], "maxOutputSizeInTokens": 300})
+    non_ascii = sum(1 for ch in response.text if ord(ch) > 127)
+    assert 0 < non_ascii <= 300

@@ -145,3 +145,53 @@ def test_error_records_round_trip_through_the_sdk(toy_source):
     failed = [a for a in theirs.activity if a.error is not None]
     assert len(failed) == 1
     assert failed[0].error.code == "KnowledgeSourceError"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"top_n": 2.5}, "top_n"),
+        ({"max_subqueries": "3"}, "max_subqueries"),
+        ({"knowledge_sources": "policies"}, "knowledge_sources"),
+        ({"chat_model": 3}, "chat_model"),
+        ({"routing_prompt": 'Answer as JSON {"queries": []} {sources}'}, "routing_prompt"),
+        ({"answer_prompt": "Answer the question. {today}"}, "answer_prompt"),
+    ],
+)
+def test_context_rejects_wrong_types_and_prompts_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        Context(**kwargs)
+
+
+def test_prompt_with_doubled_braces_is_fine():
+    Context(routing_prompt='Reply as JSON {{"queries": []}} for {sources} on {today}.')
+
+
+def test_blank_intent_is_a_validation_error_naming_it(toy_source):
+    kb = KnowledgeBase([toy_source])
+    with pytest.raises(InvalidRequestError, match=r"intents\.0\.search"):
+        kb.parse_request({"intents": [{"search": "   "}]})
+
+
+def test_sdk_web_source_params_validate():
+    request = RetrieveRequest.model_validate({
+        "intents": [{"search": "x"}],
+        "knowledgeSourceParams": [{"knowledgeSourceName": "web", "kind": "web",
+                                   "count": 5, "freshness": "Week", "market": "en-US"}],
+    })
+    assert request.knowledge_source_params[0].count == 5
+
+
+def test_unusable_model_is_a_request_error_not_a_crash(toy_source, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    from agentic_retrieval.chat_models import _init_model
+
+    _init_model.cache_clear()
+    for spec in ("foo:bar", "openai:gpt-4.1-mini"):
+        kb = KnowledgeBase([toy_source], chat_model=spec)
+        with pytest.raises(InvalidRequestError, match="cannot be created"):
+            kb.retrieve({"messages": [user("day pass?")]})
+    kb = KnowledgeBase([toy_source], defaults=Context(chat_model="  "))
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    with pytest.raises(InvalidRequestError, match="AGENTIC_RETRIEVAL_CHAT_MODEL"):
+        kb.retrieve({"messages": [user("day pass?")]})

@@ -76,7 +76,7 @@ async def _assess(
     prompt = context.evidence_prompt.format(
         today=today(), max_subqueries=context.max_subqueries, previous_queries=previous
     )
-    passages = format_passages(state.get("ranked") or [], EVIDENCE_PASSAGE_CHARS)
+    passages, _ = format_passages(state.get("ranked") or [], EVIDENCE_PASSAGE_CHARS)
     question = last_user_text(state.get("messages") or []) or "; ".join(
         state.get("intents") or []
     )

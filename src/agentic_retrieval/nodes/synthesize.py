@@ -25,6 +25,7 @@ from agentic_retrieval.citations import validate_citations
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.conversation import last_user_text, remaining_seconds, today
 from agentic_retrieval.llm_schemas import SynthesizedAnswer
+from agentic_retrieval.nodes.plan_queries import source_params
 from agentic_retrieval.nodes.route_intent import NodeFn
 from agentic_retrieval.passages import format_passages, grounding_string
 from agentic_retrieval.state import RankedHit, RetrievalState
@@ -70,8 +71,14 @@ async def _answer(
     extractive: dict[str, Any],
 ) -> dict[str, Any]:
     model = bindings.models.resolve("answer", context)
-    passages = format_passages(ranked, context.max_output_size)
-    shown = [h for h in ranked if f"[ref_id:{h.ref_id}]" in passages]
+    passages, shown_ids = format_passages(ranked, context.max_output_size)
+    shown = [h for h in ranked if h.ref_id in shown_ids]
+    params = source_params(state)
+    # only passages that will be in the references may be cited
+    citable = {
+        h.ref_id for h in shown
+        if h.source not in params or params[h.source].include_references is not False
+    }
     evidence = state.get("evidence")
     missing = ""
     if evidence is not None and not evidence.is_sufficient and evidence.missing_information:
@@ -92,7 +99,7 @@ async def _answer(
             error_code=result.error_code,
         )
         return {**extractive, "activity_log": [entry]}
-    answer, removed = validate_citations(result.value.answer, {h.ref_id for h in shown})
+    answer, removed = validate_citations(result.value.answer, citable)
     entry = model_entry(
         "answer", "modelAnswerSynthesis", started_wall=wall, started=clock, usage=result.usage
     )
