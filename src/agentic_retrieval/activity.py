@@ -14,6 +14,20 @@ from typing import Any
 from agentic_retrieval.chat_models import Usage
 from agentic_retrieval.state import ActivityEntry
 
+WIRE_KINDS = frozenset({"searchIndex", "azureBlob", "indexedOneLake", "web"})
+"""Knowledge-source kinds the Azure SDK (12.0.0) has typed reference models for."""
+
+
+def wire_kind(kind: str) -> str:
+    """The kind a source shows on the wire.
+
+    Our own kinds (``local``, ``langchain``...) are search indexes to a client: mapping them
+    to ``searchIndex`` lets the official SDK deserialize references as
+    ``KnowledgeBaseSearchIndexReference`` (with ``doc_key``); the real kind is kept in the
+    activity record's ``knowledgeSourceKind``.
+    """
+    return kind if kind in WIRE_KINDS else "searchIndex"
+
 
 def elapsed_ms(started: float) -> int:
     """Milliseconds since ``started`` (a ``time.perf_counter()`` value)."""

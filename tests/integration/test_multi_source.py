@@ -124,7 +124,10 @@ def sources_by_reference(response: RetrieveResponse) -> dict[str, tuple[str, str
     """docKey -> (reference type, knowledgeSourceName of the activity it links to)."""
     activity = {record.id: record for record in response.activity or []}
     return {
-        ref.doc_key: (ref.type, activity[ref.activity_source].model_extra["knowledgeSourceName"])
+        ref.doc_key: (
+            activity[ref.activity_source].model_extra.get("knowledgeSourceKind", ref.type),
+            activity[ref.activity_source].model_extra["knowledgeSourceName"],
+        )
         for ref in response.references
     }
 
@@ -139,6 +142,8 @@ def test_references_link_to_the_activity_of_the_source_that_found_them(
     }))
 
     assert response.status_code == 200
+    # every reference is a searchIndex reference on the wire (typed in the Azure SDK)
+    assert {ref.type for ref in response.references} == {"searchIndex"}
     assert sources_by_reference(response) == {
         "river-1": ("searchIndex", "earth-index"),
         "docs-vacation-txt-0": ("local", "handbook"),
@@ -148,7 +153,8 @@ def test_references_link_to_the_activity_of_the_source_that_found_them(
     }
     searches = [r for r in response.activity or [] if "knowledgeSourceName" in r.model_extra]
     assert sorted(
-        (r.model_extra["knowledgeSourceName"], r.type, r.model_extra["count"]) for r in searches
+        (r.model_extra["knowledgeSourceName"], r.model_extra.get("knowledgeSourceKind", r.type),
+         r.model_extra["count"]) for r in searches
     ) == [
         ("earth-index", "searchIndex", 1),
         ("earth-notes", "langchain", 2),

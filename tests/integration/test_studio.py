@@ -99,7 +99,8 @@ async def test_a_run_through_langgraph_sdk_returns_references(dev_server):
     assert output["references"][0]["docKey"] == "docs-ferries-md-0"
     assert "every 40 minutes" in output["response"]
     kinds = [record["type"] for record in output["activity"]]
-    assert kinds[0] == "local" and "semanticReranker" in kinds
+    assert kinds[0] == "searchIndex" and "semanticReranker" in kinds
+    assert output["activity"][0]["knowledgeSourceKind"] == "local"
 
 
 async def test_the_graph_schema_exposes_the_context(dev_server):

@@ -195,3 +195,20 @@ def test_unusable_model_is_a_request_error_not_a_crash(toy_source, monkeypatch):
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
     with pytest.raises(InvalidRequestError, match="AGENTIC_RETRIEVAL_CHAT_MODEL"):
         kb.retrieve({"messages": [user("day pass?")]})
+
+
+def test_local_store_references_are_typed_search_index_references_in_the_sdk(tmp_path):
+    from agentic_retrieval.sources.local import LocalKnowledgeSource
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "leave.md").write_text("# Leave\n\nStaff get 25 vacation days a year.\n")
+    source = LocalKnowledgeSource("handbook", tmp_path / "handbook.sqlite")
+    source.index([docs])
+    ours = KnowledgeBase([source]).retrieve({"intents": [{"search": "vacation days"}]})
+    theirs = sdk.KnowledgeBaseRetrievalResponse(json.loads(json.dumps(ours.to_wire())))
+    reference = theirs.references[0]
+    assert isinstance(reference, sdk.KnowledgeBaseSearchIndexReference)
+    assert reference.doc_key == "docs-leave-md-0"
+    assert theirs.activity[0]["knowledgeSourceKind"] == "local"
+    source.close()

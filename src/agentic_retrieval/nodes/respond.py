@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from agentic_retrieval.activity import error_detail, finalize, total_usage
+from agentic_retrieval.activity import error_detail, finalize, total_usage, wire_kind
 from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.conversation import remaining_seconds
@@ -99,7 +99,7 @@ def _references(
             continue
         source = bindings.sources.get(hit.source)
         reference: dict[str, Any] = {
-            "type": source.kind if source is not None else "searchIndex",
+            "type": wire_kind(source.kind) if source is not None else "searchIndex",
             "id": str(hit.ref_id),
             "activitySource": ids.get(hit.activity_key, 0),
             "docKey": hit.doc_key,

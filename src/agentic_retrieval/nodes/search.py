@@ -15,7 +15,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from agentic_retrieval.activity import elapsed_ms, error_detail
+from agentic_retrieval.activity import elapsed_ms, error_detail, wire_kind
 from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.context import Context
 from agentic_retrieval.models import KnowledgeSourceParams
@@ -39,20 +39,23 @@ def make_search(bindings: Bindings) -> NodeFn:
             text=task.subquery.text, filter=task.filter, top=task.top, goal=task.subquery.goal
         )
         hits, error, deadline_hit = await _run(source, query, task)
+        kind = wire_kind(source.kind)
         record: dict[str, Any] = {
-            "type": source.kind,
+            "type": kind,
             "knowledgeSourceName": source.name,
             "queryTime": dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(
                 timespec="milliseconds"
             ).replace("+00:00", "Z"),
             "count": len(hits),
             "elapsedMs": elapsed_ms(clock),
-            f"{source.kind}Arguments": {
+            f"{kind}Arguments": {
                 "search": query.text,
                 "filter": query.filter,
                 "top": query.top,
             },
         }
+        if kind != source.kind:
+            record["knowledgeSourceKind"] = source.kind
         if error:
             record["error"] = error
         runtime.stream_writer(
