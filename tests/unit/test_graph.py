@@ -656,3 +656,19 @@ def test_token_budget_counts_non_latin_text_conservatively():
     response = kb.retrieve({"intents": [{"search": "带薪休假"}], "maxOutputSizeInTokens": 300})
     non_ascii = sum(1 for ch in response.text if ord(ch) > 127)
     assert 0 < non_ascii <= 300
+
+
+def test_a_source_returning_malformed_hits_is_a_source_error(toy_source):
+    class SloppySource:
+        name, kind, description = "sloppy", "searchIndex", "returns dicts without keys"
+
+        async def search(self, query):
+            return [{"title": "no key, no content"}]
+
+    response = KnowledgeBase([toy_source, SloppySource()]).retrieve(
+        {"intents": [{"search": "day pass"}]}
+    )
+    assert response.status_code == 206
+    failed = next(r for r in response.activity if r.error is not None)
+    assert "malformed hits" in failed.error.message
+    assert response.references[0].doc_key == "fares"

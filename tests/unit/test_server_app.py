@@ -270,3 +270,22 @@ def test_event_stream_validation_errors_are_plain_400():
                    json={"intents": []}, headers={"accept": "text/event-stream"})
     assert r.status_code == 400
     assert r.headers["content-type"].startswith("application/json")
+
+
+def test_event_stream_reports_a_failing_run_as_an_error_event(monkeypatch):
+    from agentic_retrieval.knowledge_base import KnowledgeBase
+
+    async def broken_stream(self, request):
+        yield {"event": "planning", "question": "x"}
+        raise RuntimeError("provider exploded")
+
+    monkeypatch.setattr(KnowledgeBase, "astream", broken_stream)
+    with client() as c:
+        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
+                   json=intents_body("night tram"), headers={"accept": "text/event-stream"})
+    events = parse_sse(r.text)
+    assert [name for name, _ in events] == ["planning", "error"]
+    error = events[-1][1]
+    assert error["status"] == 500 and error["error"]["code"] == "InternalServerError"
+    assert "provider exploded" not in json.dumps(error)  # no internals leak
+    assert error["error"]["details"][0]["code"] == "RequestId"

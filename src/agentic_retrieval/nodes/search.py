@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from langgraph.runtime import Runtime
+from pydantic import ValidationError
 
 from agentic_retrieval.activity import elapsed_ms, error_detail, wire_kind
 from agentic_retrieval.bindings import Bindings
@@ -113,7 +114,12 @@ async def _run(
     except Exception as exc:  # any source bug must become a partial response, not a crash
         logger.exception("knowledge source %r failed", source.name)
         return [], error_detail("KnowledgeSourceError", f"{type(exc).__name__}: {exc}"), False
-    return list(hits)[: query.top], None, False
+    try:
+        valid = [h if isinstance(h, Hit) else Hit.model_validate(h) for h in list(hits)]
+    except (ValidationError, TypeError) as exc:
+        message = f"knowledge source '{source.name}' returned malformed hits: {exc}"
+        return [], error_detail("KnowledgeSourceError", message), False
+    return valid[: query.top], None, False
 
 
 def build_tasks(

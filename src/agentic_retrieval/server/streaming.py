@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -56,7 +57,19 @@ async def retrieve_events(
                 yield sse("error", {**error_body("InvalidRequest", str(item)), "status": 400})
                 return
             if isinstance(item, BaseException):
-                raise item
+                # headers (200) are already sent: the error must travel as an event
+                request_id = uuid.uuid4().hex
+                logger.error("streamed run %s failed", request_id, exc_info=item)
+                message = (
+                    f"An internal error occurred; quote request id {request_id} when "
+                    "reporting it."
+                )
+                details = [{"code": "RequestId", "message": request_id}]
+                yield sse(
+                    "error",
+                    {**error_body("InternalServerError", message, details), "status": 500},
+                )
+                return
             yield sse(str(item.get("event", "progress")), item)
     finally:
         producer.cancel()
