@@ -29,6 +29,7 @@ from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.models import RetrieveResponse
 from agentic_retrieval.odata import ODataError
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
+from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 
 EXIT_USAGE = 2
 EFFORTS = ("minimal", "low", "medium")
@@ -132,6 +133,11 @@ def parse_metadata(pairs: list[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
             raise UserError(f"--meta expects KEY=VALUE with a plain field name, not {pair!r}")
+        if key.strip() in RESERVED_METADATA:
+            raise UserError(
+                f"--meta {key.strip()!r} is set by the store itself (reserved: "
+                f"{', '.join(sorted(RESERVED_METADATA))})"
+            )
         metadata[key.strip()] = _metadata_value(raw.strip())
     return metadata
 
@@ -385,7 +391,7 @@ def serve(
         list[Path], typer.Option("--kb", help="A knowledge-base directory (repeatable).")
     ],
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8080,
     api_key: Annotated[
         list[str] | None, typer.Option("--api-key", help="Admin key (repeatable).")
     ] = None,
@@ -401,6 +407,10 @@ def serve(
     server = _server_extra()
     uvicorn = _import_extra("uvicorn", "server")
     bases = [open_knowledge_base(path) for path in kb]
+    names = [b.name for b in bases]
+    if len(set(names)) != len(names):
+        raise UserError(f"two --kb directories hold knowledge bases with the same name: {names}")
+    _check_port_free(host, port)
     settings = server.ServerSettings(
         api_keys=list(api_key or []),
         query_keys=list(query_key or []),
@@ -411,8 +421,9 @@ def serve(
     application = server.create_app(bases, settings=settings)
     if not settings.keys().enabled:
         err.print("warning: no API key configured; the server accepts every request")
-    names = ", ".join(b.name for b in bases)
-    err.print(f"serving {names} on http://{host}:{port}/knowledgebases/<name>/retrieve")
+    err.print(
+        f"serving {', '.join(names)} on http://{host}:{port}/knowledgebases/<name>/retrieve"
+    )
     uvicorn.run(application, host=host, port=port, log_level="info")
 
 
@@ -426,6 +437,20 @@ def mcp(kb: KbOption) -> None:
     from agentic_retrieval.server.mcp import run_stdio
 
     run_stdio(open_knowledge_base(kb))
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with one line now rather than with uvicorn's log lines after start-up."""
+    import socket
+
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def _server_extra() -> Any:
@@ -467,8 +492,14 @@ def demo(
     """
     from agentic_retrieval.kb_loader import build_sample_kb, open_knowledge_base, sample_questions
 
-    with _index_progress("indexing the sample corpus") as progress:
-        directory = build_sample_kb(kb, progress=progress)
+    try:
+        with _index_progress("indexing the sample corpus") as progress:
+            directory = build_sample_kb(kb, progress=progress)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the sample knowledge base ({exc}); choose a writable place with "
+            "--kb DIR or $AGENTIC_RETRIEVAL_CACHE"
+        ) from None
     err.print(f"sample knowledge base: {directory.path}")
     knowledge_base = open_knowledge_base(directory.path, embeddings=False)
     found = 0

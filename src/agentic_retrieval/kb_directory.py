@@ -17,8 +17,10 @@ local model (the ``[local]`` extra).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -35,6 +37,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
 EmbeddingsChoice = Embeddings | Literal[False] | None
 """An ``Embeddings`` to use, ``None`` for "the local model where a source uses vectors", or
 ``False`` to open every source lexical-only."""
+
+logger = logging.getLogger(__name__)
 
 
 class KnowledgeBaseDirectoryError(ValueError):
@@ -153,6 +157,11 @@ class KnowledgeBaseDirectory:
             if current is not None and current != entry and name in self._open:
                 self._open.pop(name).close()  # reopen with the new settings
         self._save()
+        if current is None:
+            # create the (empty) index now, so a missing file later means it was lost
+            self.open_source(name, embeddings=False, create=True).close()
+            with self._lock:
+                self._open.pop(name, None)
         return entry
 
     def open_sources(self, embeddings: EmbeddingsChoice = None) -> list[LocalKnowledgeSource]:
@@ -163,23 +172,44 @@ class KnowledgeBaseDirectory:
         """
         return [self.open_source(name, embeddings) for name in self.source_names]
 
-    def open_source(self, name: str, embeddings: EmbeddingsChoice = None) -> LocalKnowledgeSource:
+    def open_source(
+        self, name: str, embeddings: EmbeddingsChoice = None, *, create: bool = False
+    ) -> LocalKnowledgeSource:
         """Open one source (once; later calls return the same object).
 
+        Args:
+            name: The source.
+            embeddings: See :data:`EmbeddingsChoice`.
+            create: Create the index file when it is missing (indexing); reading never does.
+
         Raises:
-            KnowledgeBaseDirectoryError: Unknown source name.
+            KnowledgeBaseDirectoryError: Unknown source name, or its index file is missing or
+                not a readable index.
         """
         entry = self._entry(name)
+        database = self.path / entry.database
         with self._lock:
             source = self._open.get(name)
-            if source is None:
+            if source is not None:
+                return source
+            if not create and not database.exists():
+                raise KnowledgeBaseDirectoryError(
+                    f"source {name!r}: its index {database} is missing; rebuild it with "
+                    f"'agentic-retrieval index --kb {self.path} --source {name} PATH...'"
+                )
+            try:
                 source = LocalKnowledgeSource(
                     entry.name,
-                    self.path / entry.database,
+                    database,
                     description=entry.description,
-                    embeddings=_resolve_embeddings(entry, embeddings),
+                    embeddings=_resolve_embeddings(entry, embeddings, for_indexing=create),
                 )
-                self._open[name] = source
+            except sqlite3.DatabaseError as exc:
+                raise KnowledgeBaseDirectoryError(
+                    f"source {name!r}: {database} is not a readable index ({exc}); delete it "
+                    "and index the source again"
+                ) from exc
+            self._open[name] = source
             return source
 
     def index(
@@ -195,7 +225,7 @@ class KnowledgeBaseDirectory:
         Raises:
             KnowledgeBaseDirectoryError: Unknown source name.
         """
-        source = self.open_source(source_name, embeddings)
+        source = self.open_source(source_name, embeddings, create=True)
         return source.index(paths, metadata=metadata, progress=progress)
 
     def close(self) -> None:
@@ -251,11 +281,20 @@ def _entry_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _resolve_embeddings(entry: SourceEntry, choice: EmbeddingsChoice) -> Embeddings | None:
+def _resolve_embeddings(
+    entry: SourceEntry, choice: EmbeddingsChoice, *, for_indexing: bool = False
+) -> Embeddings | None:
     if not entry.embeddings or choice is False:
         return None
     if choice is not None:
         return choice
-    from agentic_retrieval.embeddings import local_embeddings
+    from agentic_retrieval.embeddings import local_embeddings, local_embeddings_available
 
+    if not for_indexing and not local_embeddings_available():
+        # reading still works on the lexical half of a hybrid index
+        logger.warning(
+            "source %r was indexed with vectors but the [local] extra is not installed: "
+            "searching it lexically only", entry.name,
+        )
+        return None
     return local_embeddings()

@@ -97,11 +97,20 @@ def build_sample_kb(
 
     Returns:
         The loaded directory; indexing is incremental, so a second call only re-hashes files.
+
+    Raises:
+        KnowledgeBaseDirectoryError: ``path`` holds another knowledge base (the sample is
+            never written into a user's knowledge base).
     """
     target = Path(path) if path is not None else default_cache_dir() / "sample-kb"
     directory = KnowledgeBaseDirectory(target)
     if directory.manifest_path.exists():
         directory.load()
+        if directory.name != SAMPLE_KB_NAME:
+            raise KnowledgeBaseDirectoryError(
+                f"{target} holds the knowledge base {directory.name!r}, not the sample; "
+                "choose an empty directory for the demo"
+            )
     else:
         directory.create(name=SAMPLE_KB_NAME, description=SAMPLE_KB_DESCRIPTION)
     corpus = sample_corpus_dir()

@@ -146,3 +146,52 @@ def test_index_meta_without_equals_is_exit_2(tmp_path, docs):
                                  "--meta", "year", str(docs)])
     assert result.exit_code == 2
     assert "KEY=VALUE" in result.output
+
+
+def test_corrupt_or_missing_index_is_one_line_and_exit_2(kb):
+    victim = next(kb.glob("*.sqlite"))
+    victim.write_bytes(b"\x00garbage" * 512)
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "ferry"])
+    assert result.exit_code == 2
+    assert "not a readable index" in result.output
+    victim.unlink()
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "ferry"])
+    assert result.exit_code == 2 and "is missing" in result.output
+    assert not victim.exists()  # reading never recreates it
+
+
+def test_reserved_meta_key_is_exit_2(tmp_path, docs):
+    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s",
+                                 "--meta", "page=3", str(docs)])
+    assert result.exit_code == 2
+    assert "reserved" in result.output
+
+
+def test_demo_refuses_a_users_knowledge_base(kb):
+    result = runner.invoke(app, ["demo", "--kb", str(kb), "--questions", "1"])
+    assert result.exit_code == 2
+    assert "not the sample" in result.output
+
+
+def test_demo_with_an_unwritable_cache_is_exit_2(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("AGENTIC_RETRIEVAL_CACHE", str(blocker / "cache"))
+    result = runner.invoke(app, ["demo", "--questions", "1"])
+    assert result.exit_code == 2
+    assert "cannot write the sample knowledge base" in result.output
+
+
+def test_serve_rejects_the_same_knowledge_base_twice_and_a_busy_port(kb):
+    import socket
+
+    result = runner.invoke(app, ["serve", "--kb", str(kb), "--kb", str(kb)])
+    assert result.exit_code == 2 and "same name" in result.output
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = runner.invoke(app, ["serve", "--kb", str(kb), "--port", str(port)])
+    assert result.exit_code == 2 and "cannot listen" in result.output
+    result = runner.invoke(app, ["serve", "--kb", str(kb), "--port", "99999"])
+    assert result.exit_code == 2
