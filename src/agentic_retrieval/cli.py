@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -105,21 +106,41 @@ def index(
         ),
     ] = None,
 ) -> None:
-    """Create or update source NAME of the knowledge base in DIR from files and folders."""
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        raise UserError(f"no such file or folder: {', '.join(missing)}")
+    """Create or update source NAME of the knowledge base in DIR from files and folders.
+
+    A path that no longer exists but was indexed before (a deleted file or folder) removes
+    what was indexed from it.
+    """
     metadata = parse_metadata(meta or [])
     directory = KnowledgeBaseDirectory(kb)
-    if directory.manifest_path.exists():
+    exists = directory.manifest_path.exists()
+    if exists:
         directory.load()
-    else:
+    _check_paths(paths, directory if exists and source in directory.source_names else None,
+                 source)
+    if not exists:
         directory.create(name=name or _kb_name_from(kb))
     directory.add_or_update_source(source, description=description, embeddings=embeddings)
     with _index_progress(f"indexing into {source}") as progress:
         report = directory.index(source, paths, metadata=metadata or None, progress=progress)
     directory.close()
     _print_report(source, report)
+
+
+def _check_paths(
+    paths: list[Path], directory: KnowledgeBaseDirectory | None, source: str
+) -> None:
+    """Reject missing paths, unless they were indexed before (then indexing removes them)."""
+    missing = [p.expanduser().resolve() for p in paths if not p.exists()]
+    if not missing:
+        return
+    indexed = directory.open_source(source).store.indexed_paths() if directory else []
+    unknown = [
+        str(p) for p in missing
+        if not any(i == str(p) or i.startswith(str(p) + os.sep) for i in indexed)
+    ]
+    if unknown:
+        raise UserError(f"no such file or folder: {', '.join(unknown)}")
 
 
 def parse_metadata(pairs: list[str]) -> dict[str, Any]:

@@ -195,3 +195,24 @@ def test_serve_rejects_the_same_knowledge_base_twice_and_a_busy_port(kb):
     assert result.exit_code == 2 and "cannot listen" in result.output
     result = runner.invoke(app, ["serve", "--kb", str(kb), "--port", "99999"])
     assert result.exit_code == 2
+
+
+def test_reindexing_a_deleted_folder_removes_its_chunks(tmp_path):
+    import shutil
+
+    folder = tmp_path / "other"
+    folder.mkdir()
+    (folder / "ferry.md").write_text("# Ferry\n\nThe Gull Island ferry leaves hourly.\n")
+    kb_dir = tmp_path / "kb"
+    assert runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s",
+                               str(folder)]).exit_code == 0
+    shutil.rmtree(folder)
+    result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert "deleted" in result.output.lower()
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb_dir), "--effort", "minimal",
+                                 "--json", "Gull Island ferry"])
+    assert RetrieveResponse.model_validate(json.loads(result.stdout)).references == []
+    never = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s",
+                                str(tmp_path / "never-existed")])
+    assert never.exit_code == 2 and "no such file or folder" in never.output

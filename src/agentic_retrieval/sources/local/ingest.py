@@ -193,6 +193,10 @@ def _collect(
     roots: list[Path] = []
     for raw in paths:
         path = Path(raw).expanduser().resolve()
+        if not path.exists():
+            # a deleted folder: whatever was indexed under it goes (a deleted file is
+            # handled as a candidate below)
+            roots.append(path)
         if path.is_dir():
             roots.append(path)
             for file in _walk(path):
