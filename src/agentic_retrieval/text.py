@@ -70,6 +70,15 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
 
 
 @_short_text_cache(maxsize=8192)
+def token_counts(text: str) -> dict[str, int]:
+    """Content-word token frequencies of ``text`` (cached)."""
+    counts: dict[str, int] = {}
+    for token in _tokens(text, True):
+        counts[token] = counts.get(token, 0) + 1
+    return counts
+
+
+@_short_text_cache(maxsize=8192)
 def token_set(text: str) -> frozenset[str]:
     """The distinct content-word tokens of ``text`` (cached)."""
     return frozenset(_tokens(text, True))

@@ -379,3 +379,23 @@ async def test_local_minilm_ranks_the_answering_sample_document_first() -> None:
         scores = await reranker.ascore(questions[qid]["question"], hits)
         assert ranking(hits, scores)[0] == questions[qid]["files"][0], qid
         assert max(scores) >= 2.0, qid
+
+
+async def test_lexical_reranker_prefers_text_matches_over_shared_document_titles():
+    from agentic_retrieval.rerankers.lexical import LexicalReranker
+
+    title = "PerksPlus Health and Wellness Reimbursement Program"
+    hits = [
+        Hit(doc_key="fragment", title=title, content="• Food and supplements"),
+        Hit(doc_key="cover", title=title, content=f"{title} for Northwind employees"),
+        Hit(doc_key="answer", title=title,
+            content="PerksPlus will reimburse fitness expenses up to $1000 per year. "
+                    "To reimburse an expense, submit the receipt."),
+    ]
+    scores = await LexicalReranker().ascore("How much does PerksPlus reimburse?", hits)
+    ranked = [h.doc_key for _, h in sorted(zip(scores, hits, strict=True),
+                                            key=lambda p: -p[0])]
+    assert ranked[0] == "answer"
+    assert ranked[-1] == "fragment"
+    assert len(set(scores)) == 3  # no ties between chunks of one document
+    assert all(0.0 <= s <= 4.0 for s in scores)

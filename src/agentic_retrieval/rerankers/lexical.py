@@ -1,11 +1,14 @@
 """The default reranker when no model is available: IDF-weighted query-term coverage.
 
-Mapping to the 0-4 scale: ``4 × coverage``, where coverage is the share of the query's
-IDF weight (IDF computed over the candidate set, so rare, specific terms count most) whose
-terms occur in the candidate's title or content, with a small bonus for terms that occur in
-the title. A passage containing every distinctive query term scores near 4; one sharing only
-common words scores near 0. It needs no model and is deterministic, so it is a sensible
-floor; the embedding, cross-encoder and LLM rerankers judge meaning, not words.
+Mapping to the 0-4 scale: ``4 × Σ w·m / Σ w`` over the query's distinct terms, where ``w`` is
+the term's IDF within the candidate set (rare, specific terms count most) and ``m`` how well
+the candidate matches it: ``0.7 + 0.3 × s`` when the term is in the passage text, with ``s``
+a BM25-style saturation of its frequency normalised by passage length (so a passage about the
+term beats one that mentions it once among much else); ``0.5`` when the term is only in the
+title (chunks of one document share its title, so a title match alone says little about the
+chunk); ``0`` otherwise. A passage containing every distinctive query term scores 2.8-4; one
+sharing only common words scores near 0. It needs no model and is deterministic: a sensible
+floor. The embedding, cross-encoder and LLM rerankers judge meaning, not words.
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ from collections.abc import Sequence
 
 from agentic_retrieval.rerankers.base import clamp_score
 from agentic_retrieval.sources.base import Hit
-from agentic_retrieval.text import token_set, tokenize
+from agentic_retrieval.text import token_counts, token_set, tokenize
 
-TITLE_BONUS = 0.15
-"""Share of a term's weight added when it occurs in the title."""
+IN_TEXT = 0.7
+"""Match credit for a term present in the passage text (plus up to 0.3 for frequency)."""
+TITLE_ONLY = 0.5
+"""Match credit for a term present only in the title."""
+K1, B = 1.2, 0.75
+"""BM25 saturation constants for the frequency part."""
 
 
 class LexicalReranker:
-    """Scores candidates by IDF-weighted coverage of the query terms."""
+    """Scores candidates by IDF-weighted, frequency-aware coverage of the query terms."""
 
     name = "lexical-coverage"
 
@@ -35,8 +42,10 @@ class LexicalReranker:
         terms = sorted(set(tokenize(query)))
         if not terms or not hits:
             return [0.0] * len(hits)
-        bodies = [token_set(h.content) for h in hits]
+        bodies = [token_counts(h.content) for h in hits]
         titles = [token_set(h.title or "") for h in hits]
+        lengths = [sum(body.values()) for body in bodies]
+        average = (sum(lengths) / len(lengths)) or 1.0
         n = len(hits)
         weights = {}
         for term in terms:
@@ -48,8 +57,14 @@ class LexicalReranker:
             weights[term] = math.log(1 + (n + 1) / (df + 0.5))
         total = sum(weights.values())
         scores = []
-        for body, title in zip(bodies, titles, strict=True):
-            covered = sum(w for t, w in weights.items() if t in body or t in title)
-            bonus = sum(w for t, w in weights.items() if t in title) * TITLE_BONUS
-            scores.append(clamp_score(4.0 * min(1.0, (covered + bonus) / total)))
+        for body, title, length in zip(bodies, titles, lengths, strict=True):
+            norm = K1 * (1 - B + B * length / average)
+            matched = 0.0
+            for term, weight in weights.items():
+                tf = body.get(term, 0)
+                if tf:
+                    matched += weight * (IN_TEXT + (1 - IN_TEXT) * tf / (tf + norm))
+                elif term in title:
+                    matched += weight * TITLE_ONLY
+            scores.append(clamp_score(4.0 * matched / total))
         return scores
