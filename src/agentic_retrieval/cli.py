@@ -28,7 +28,7 @@ from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.kb_directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.models import RetrieveResponse
-from agentic_retrieval.odata import ODataError
+from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 
@@ -247,8 +247,15 @@ def retrieve(
 
     _check_choice("--effort", effort, EFFORTS)
     _check_choice("--output-mode", output_mode, OUTPUT_MODES)
+    if filter_text:
+        try:
+            parse_filter(filter_text)
+        except ODataError as exc:
+            raise UserError(f"--filter: {exc}") from None
     knowledge_base = open_knowledge_base(kb, sources=source)
-    request = build_request(knowledge_base, question, effort, output_mode, filter_text)
+    request = build_request(
+        knowledge_base, question, effort, output_mode, filter_text, source_data=not as_json
+    )
     if as_json:
         response = run_retrieve(knowledge_base, request, on_event=None)
         sys.stdout.write(json.dumps(response.to_wire(), ensure_ascii=False) + "\n")
@@ -269,10 +276,16 @@ def build_request(
     effort: str | None,
     output_mode: str | None,
     filter_text: str | None,
+    *,
+    source_data: bool = False,
 ) -> dict[str, Any]:
     """The wire request for one command-line question."""
     return kb.request_for(
-        [("user", question)], effort=effort, output_mode=output_mode, filter_add_on=filter_text
+        [("user", question)],
+        effort=effort,
+        output_mode=output_mode,
+        filter_add_on=filter_text,
+        source_data=source_data,
     )
 
 
@@ -367,13 +380,18 @@ def _render_searches(activity: list[dict[str, Any]]) -> None:
 
 
 def _render_references(response: RetrieveResponse, top: int | None) -> None:
-    titles = _titles(response.text)
+    grounded = {str(c.get("ref_id")): c for c in _grounding(response.text)}
     table = Table(title="References (ranked)", title_justify="left")
-    for column in ("rank", "ref_id", "docKey", "score", "title"):
+    for column in ("rank", "ref_id", "docKey", "score", "title", "page"):
         table.add_column(column, overflow="fold")
     for rank, ref in enumerate(response.references[:top] if top else response.references, 1):
         score = "" if ref.reranker_score is None else f"{ref.reranker_score:.2f}"
-        table.add_row(str(rank), ref.id, ref.doc_key or "", score, titles.get(ref.id, ""))
+        data = ref.source_data or grounded.get(ref.id, {})
+        page = data.get("page")
+        table.add_row(
+            str(rank), ref.id, ref.doc_key or "", score, str(data.get("title") or ""),
+            "" if page is None else str(page),
+        )
     out.print(table)
 
 
@@ -396,10 +414,6 @@ def _grounding(text: str) -> list[dict[str, Any]]:
     except ValueError:
         return []
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
-
-
-def _titles(text: str) -> dict[str, str]:
-    return {str(c.get("ref_id")): str(c.get("title") or "") for c in _grounding(text)}
 
 
 # --- serve / mcp --------------------------------------------------------------------------

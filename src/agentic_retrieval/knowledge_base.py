@@ -165,6 +165,7 @@ class KnowledgeBase:
         effort: str | None = None,
         output_mode: str | None = None,
         filter_add_on: str | None = None,
+        source_data: bool = False,
     ) -> dict[str, Any]:
         """The wire request for a conversation, as the CLI and the MCP tool build it.
 
@@ -173,6 +174,7 @@ class KnowledgeBase:
             effort: ``minimal``, ``low`` or ``medium`` (default: the knowledge base's).
             output_mode: ``extractiveData`` or ``answerSynthesis``.
             filter_add_on: An OData filter ANDed onto every source.
+            source_data: Ask every source for ``sourceData`` on its references.
         """
         request: dict[str, Any] = {
             "messages": [
@@ -183,9 +185,14 @@ class KnowledgeBase:
             request["retrievalReasoningEffort"] = {"kind": effort}
         if output_mode:
             request["outputMode"] = output_mode
-        if filter_add_on:
+        if filter_add_on or source_data:
             request["knowledgeSourceParams"] = [
-                {"knowledgeSourceName": name, "kind": source.kind, "filterAddOn": filter_add_on}
+                {
+                    "knowledgeSourceName": name,
+                    "kind": source.kind,
+                    **({"filterAddOn": filter_add_on} if filter_add_on else {}),
+                    **({"includeReferenceSourceData": True} if source_data else {}),
+                }
                 for name, source in self.sources.items()
             ]
         return request
@@ -333,6 +340,7 @@ def _describe(exc: ValidationError) -> str:
     """A one-line message naming each invalid field by its wire (camelCase) path."""
     parts = []
     for error in exc.errors()[:5]:
-        location = ".".join(str(p) for p in error["loc"]) or "body"
-        parts.append(f"{location}: {error['msg']}")
+        location = ".".join(str(p) for p in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{location}: {message}" if location else message)
     return "; ".join(parts)
