@@ -347,3 +347,29 @@ def test_metadata_json_is_stored_with_sorted_keys(tmp_path: Path) -> None:
     add_raw(store, "k", "text", zeta=1, alpha=2)
     raw = store._connection().execute("SELECT metadata FROM chunks").fetchone()[0]
     assert list(json.loads(raw)) == ["alpha", "title", "zeta"]
+
+
+def test_large_indexes_generate_candidates_from_distinctive_terms(tmp_path, monkeypatch):
+    from agentic_retrieval.sources.local import store as store_module
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(12):
+        extra = {3: "alpha beta", 7: "alpha", 9: "beta"}.get(i, "")
+        (docs / f"d{i}.txt").write_text(f"common words in every note number {i}. {extra}\n")
+    source = LocalKnowledgeSource("notes", tmp_path / "notes.sqlite")
+    source.index([docs])
+    store = source.store
+    match = store_module.fts_match_expression("common alpha beta")
+    assert store._selective(match) == match  # small index: the exact full query
+    monkeypatch.setattr(store_module, "SELECTIVE_MIN_CHUNKS", 1)
+    assert store._selective(match) == '"alpha" OR "beta"'
+    keys = [h.doc_key for h in source.search_sync("common alpha beta", top=5)]
+    assert keys[0] == "docs-d3-txt-0" and set(keys) == {
+        "docs-d3-txt-0", "docs-d7-txt-0", "docs-d9-txt-0"
+    }
+    # with fewer than two rare terms the full query runs
+    assert store._selective(store_module.fts_match_expression("common words alpha")) == (
+        store_module.fts_match_expression("common words alpha")
+    )
+    source.close()

@@ -96,6 +96,12 @@ INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
 
 
+SELECTIVE_MIN_CHUNKS = 20_000
+"""Index size from which candidate generation skips very common query terms."""
+SELECTIVE_MAX_SHARE = 0.25
+"""A query term in more than this share of the chunks counts as very common."""
+
+
 class StoreError(RuntimeError):
     """The store file is unusable (wrong schema, mismatched vector dimension...)."""
 
@@ -220,6 +226,10 @@ class LocalStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab "
+                "USING fts5vocab(main, chunks_fts, 'row')"
+            )
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -426,6 +436,7 @@ class LocalStore:
         match = fts_match_expression(text)
         if match is None:
             return None
+        match = self._selective(match)
         rows = self._connection().execute(
             "SELECT c.rid, -chunks_fts.rank FROM chunks_fts "
             "JOIN chunks c ON c.rid = chunks_fts.rowid "
@@ -433,6 +444,39 @@ class LocalStore:
             [match, *params, depth],
         )
         return [(int(rid), float(score)) for rid, score in rows]
+
+    def _selective(self, match: str) -> str:
+        """Generate candidates from a large index with the query's distinctive terms only.
+
+        BM25 cost grows with the posting lists of the query's terms, and a term found in a
+        quarter or more of the chunks adds little to any score (its IDF is small) while
+        costing the most to score. On indexes of ``SELECTIVE_MIN_CHUNKS`` chunks or more,
+        such terms are left out of the MATCH when at least two rarer terms remain; the
+        reranker still scores every candidate on all query terms. Measured on 122k chunks:
+        half the query time, and the full query's top 10 always within the top 50.
+        """
+        count = self._chunk_count()
+        terms = [term[1:-1] for term in match.split(" OR ")]
+        if count < SELECTIVE_MIN_CHUNKS or len(terms) < 3:
+            return match
+        conn = self._connection()
+        rare = []
+        for term in terms:
+            row = conn.execute("SELECT doc FROM chunks_vocab WHERE term = ?", (term,)).fetchone()
+            if row is not None and row[0] <= SELECTIVE_MAX_SHARE * count:
+                rare.append(term)
+        if len(rare) < 2:
+            return match
+        return " OR ".join(f'"{term}"' for term in rare)
+
+    def _chunk_count(self) -> int:
+        """Chunks in the index, cached per write generation."""
+        generation = self.generation()
+        cached = getattr(self._local, "count", None)
+        if cached is None or cached[0] != generation:
+            cached = (generation, self.count_chunks())
+            self._local.count = cached
+        return int(cached[1])
 
     def _browse(self, top: int, where: str, params: list[Any]) -> list[tuple[int, float]]:
         rows = self._connection().execute(
