@@ -13,7 +13,7 @@ Mapping to the 0-4 scale: a linear calibration between two cosine values,
 Cosine similarities of sentence embeddings do not spread over [-1, 1]. The defaults
 (``floor=0.20``, ``ceil=0.70``) are chosen for all-MiniLM-L6-v2 from the distribution measured
 by ``benchmarks/bench_rerankers.py`` on BM25 top-30 candidates (see
-``benchmarks/README_rerankers.md``): the answering passage had median cosine 0.67 (p10 0.58),
+``benchmarks/README.md``): the answering passage had median cosine 0.67 (p10 0.58),
 the other candidates median 0.28 (p90 0.43). With this calibration a typical answering passage
 scores 3.1-3.8, a typical non-answering candidate about 0.6 and 90% of them stay below 2.0, so
 a ``rerankerThreshold`` of 2 separates them as it does with Azure's ranker. Other models need
