@@ -15,12 +15,16 @@ that ignored the schema), or an exception instance (raised, like a provider erro
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -119,3 +123,41 @@ class ScriptedChatModel(BaseChatModel):
             call = {"name": name, "args": dict(planned), "id": f"call_{self._counter[0]}"}
             message = AIMessage(content="", tool_calls=[call], usage_metadata=usage)
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class HashingEmbeddings(Embeddings):
+    """Deterministic bag-of-words embeddings for tests: hashed word counts, L2-normalised.
+
+    Cosine similarity is then the normalised overlap of the two texts' words, so relevant
+    passages really do rank first, with no model download.
+
+    Args:
+        size: Number of hash buckets (the vector dimension).
+        stopwords: Words left out of the vectors.
+    """
+
+    def __init__(
+        self,
+        size: int = 1024,
+        stopwords: frozenset[str] = frozenset(
+            {"the", "a", "an", "of", "and", "in", "on", "to", "is", "are", "for", "with"}
+        ),
+    ) -> None:
+        self.size = size
+        self.stopwords = stopwords
+
+    def _embed(self, text: str) -> list[float]:
+        vector = [0.0] * self.size
+        for term in re.findall(r"\w+", text.lower()):
+            if term not in self.stopwords:
+                vector[int(hashlib.md5(term.encode()).hexdigest(), 16) % self.size] += 1.0
+        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+        return [v / norm for v in vector]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed each text."""
+        return [self._embed(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed the query."""
+        return self._embed(text)

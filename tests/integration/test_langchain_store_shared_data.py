@@ -6,20 +6,17 @@ rank first; expected page ids are exact. Skipped when ../shared/data is absent.
 
 from __future__ import annotations
 
-import hashlib
-import math
-import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from agentic_retrieval.sources.base import FilterNotSupportedError, SearchQuery
 from agentic_retrieval.sources.langchain import LangChainKnowledgeSource
+from agentic_retrieval.testing import HashingEmbeddings
 
 PAGES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "earth-book" / "pages"
 
@@ -27,30 +24,6 @@ pytestmark = [
     pytest.mark.shared_data,
     pytest.mark.skipif(not PAGES.is_dir(), reason="../shared/data is absent"),
 ]
-
-_STOPWORDS = {"the", "a", "an", "of", "and", "in", "on", "to", "is", "are", "for", "with"}
-
-
-class HashingEmbeddings(Embeddings):
-    """Deterministic bag-of-words embeddings: hashed term counts, L2-normalised."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self.size = size
-
-    def _embed(self, text: str) -> list[float]:
-        vector = [0.0] * self.size
-        for term in re.findall(r"\w+", text.lower()):
-            if term not in _STOPWORDS:
-                vector[int(hashlib.md5(term.encode()).hexdigest(), 16) % self.size] += 1.0
-        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
-        return [v / norm for v in vector]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._embed(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._embed(text)
-
 
 def load_pages() -> list[Document]:
     """One document per page: title and region from its first two lines, page from its name."""

@@ -20,13 +20,12 @@ pytest.importorskip("azure.search.documents", reason="needs the [azure] extra")
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 from tests.integration.azure_standin import AzureSearchStandIn, index_definition
-from tests.integration.test_langchain_store_shared_data import HashingEmbeddings
 
 from agentic_retrieval import KnowledgeBase, RetrieveResponse
 from agentic_retrieval.sources.azure import AzureSearchKnowledgeSource
 from agentic_retrieval.sources.langchain import LangChainKnowledgeSource
 from agentic_retrieval.sources.local.source import LocalKnowledgeSource
-from agentic_retrieval.testing import ScriptedChatModel
+from agentic_retrieval.testing import HashingEmbeddings, ScriptedChatModel
 
 pytestmark = pytest.mark.integration
 

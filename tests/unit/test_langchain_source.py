@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import re
 import time
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import pytest
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
@@ -29,31 +27,7 @@ from agentic_retrieval.sources.langchain import (
     content_key,
     odata_to_chroma_where,
 )
-
-_STOPWORDS = {"the", "a", "an", "of", "and", "in", "on", "to", "is", "are", "for", "with"}
-
-
-class HashingEmbeddings(Embeddings):
-    """Deterministic bag-of-words embeddings: hashed term counts, L2-normalised."""
-
-    def __init__(self, size: int = 256) -> None:
-        self.size = size
-
-    def _embed(self, text: str) -> list[float]:
-        vector = [0.0] * self.size
-        for term in re.findall(r"\w+", text.lower()):
-            if term not in _STOPWORDS:
-                bucket = int(hashlib.md5(term.encode()).hexdigest(), 16) % self.size
-                vector[bucket] += 1.0
-        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
-        return [v / norm for v in vector]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._embed(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._embed(text)
-
+from agentic_retrieval.testing import HashingEmbeddings
 
 DOCS = [
     Document(id="volcano", page_content="Volcano eruptions spread ash over the island.",
@@ -69,7 +43,7 @@ DOCS = [
 
 @pytest.fixture
 def store() -> InMemoryVectorStore:
-    store = InMemoryVectorStore(HashingEmbeddings())
+    store = InMemoryVectorStore(HashingEmbeddings(size=256))
     store.add_documents(DOCS)
     return store
 
