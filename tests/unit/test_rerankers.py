@@ -399,3 +399,20 @@ async def test_lexical_reranker_prefers_text_matches_over_shared_document_titles
     assert ranked[-1] == "fragment"
     assert len(set(scores)) == 3  # no ties between chunks of one document
     assert all(0.0 <= s <= 4.0 for s in scores)
+
+
+async def test_lexical_reranker_blends_each_sources_own_ranking():
+    from agentic_retrieval.rerankers.lexical import LexicalReranker
+
+    hits = [
+        Hit(doc_key="a2", source="a", score=1.0, content="night tram hours"),
+        Hit(doc_key="a1", source="a", score=9.0, content="night tram hours"),
+        Hit(doc_key="b1", source="b", score=0.01, content="night tram hours"),
+    ]
+    scores = await LexicalReranker().ascore("night tram hours", hits)
+    # equal coverage: each source's own best hit wins, whatever the scale of its scores
+    assert scores[1] == scores[2] > scores[0]
+    flat = await LexicalReranker(rank_weight=0.0).ascore("night tram hours", hits)
+    assert flat[0] == flat[1] == flat[2]
+    with pytest.raises(ValueError, match="rank_weight"):
+        LexicalReranker(rank_weight=1.5)

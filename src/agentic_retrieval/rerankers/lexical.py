@@ -1,14 +1,22 @@
-"""The default reranker when no model is available: IDF-weighted query-term coverage.
+"""The default reranker when no model is available: query-term coverage blended with rank.
 
-Mapping to the 0-4 scale: ``4 × Σ w·m / Σ w`` over the query's distinct terms, where ``w`` is
+Mapping to the 0-4 scale: ``4 × ((1 - r) × coverage + r × k / (k + rank))``, where ``rank``
+is the candidate's position in its own source's result list (0 = the source's best hit;
+sources rank on different scales, so positions, not scores, are compared), ``k = 10`` and the
+rank weight ``r = 0.3``. The source's ranking (BM25, or BM25 and vectors fused) knows
+things coverage does not, such as term proximity and meaning; measured on the shared
+documents (``benchmarks/README.md``), the blend beats either signal alone.
+
+``coverage`` is ``Σ w·m / Σ w`` over the query's distinct terms, where ``w`` is
 the term's IDF within the candidate set (rare, specific terms count most) and ``m`` how well
 the candidate matches it: ``0.7 + 0.3 × s`` when the term is in the passage text, with ``s``
 a BM25-style saturation of its frequency normalised by passage length (so a passage about the
 term beats one that mentions it once among much else); ``0.5`` when the term is only in the
 title (chunks of one document share its title, so a title match alone says little about the
-chunk); ``0`` otherwise. A passage containing every distinctive query term scores 2.8-4; one
-sharing only common words scores near 0. It needs no model and is deterministic: a sensible
-floor. The embedding, cross-encoder and LLM rerankers judge meaning, not words.
+chunk); ``0`` otherwise. A passage containing every distinctive query term that its source
+ranks first scores 3.3-4; one sharing only common words, ranked low, scores near 0. It needs
+no model and is deterministic: a sensible floor. The embedding, cross-encoder and LLM
+rerankers judge meaning, not words.
 """
 
 from __future__ import annotations
@@ -26,12 +34,23 @@ TITLE_ONLY = 0.5
 """Match credit for a term present only in the title."""
 K1, B = 1.2, 0.75
 """BM25 saturation constants for the frequency part."""
+RANK_WEIGHT = 0.3
+RANK_K = 10
 
 
 class LexicalReranker:
-    """Scores candidates by IDF-weighted, frequency-aware coverage of the query terms."""
+    """Scores candidates by query-term coverage blended with their source's ranking.
+
+    Args:
+        rank_weight: Share of the score from the source's rank (0 = coverage only).
+    """
 
     name = "lexical-coverage"
+
+    def __init__(self, rank_weight: float = RANK_WEIGHT) -> None:
+        if not 0.0 <= rank_weight <= 1.0:
+            raise ValueError(f"rank_weight must be between 0 and 1, not {rank_weight!r}")
+        self.rank_weight = rank_weight
 
     async def ascore(self, query: str, hits: Sequence[Hit]) -> list[float]:
         """Return one 0-4 score per hit (see the module docstring for the mapping)."""
@@ -39,6 +58,16 @@ class LexicalReranker:
 
     def score(self, query: str, hits: Sequence[Hit]) -> list[float]:
         """Synchronous :meth:`ascore`."""
+        coverage = self.coverage(query, hits)
+        ranks = _source_ranks(hits)
+        weight = self.rank_weight
+        return [
+            clamp_score(4.0 * ((1 - weight) * c / 4.0 + weight * RANK_K / (RANK_K + rank)))
+            for c, rank in zip(coverage, ranks, strict=True)
+        ]
+
+    def coverage(self, query: str, hits: Sequence[Hit]) -> list[float]:
+        """The coverage part alone, on the 0-4 scale."""
         terms = sorted(set(tokenize(query)))
         if not terms or not hits:
             return [0.0] * len(hits)
@@ -68,3 +97,16 @@ class LexicalReranker:
                     matched += weight * TITLE_ONLY
             scores.append(clamp_score(4.0 * matched / total))
         return scores
+
+
+def _source_ranks(hits: Sequence[Hit]) -> list[int]:
+    """Each hit's position among the hits of the same source, by the source's own score."""
+    by_source: dict[str, list[int]] = {}
+    for index, hit in enumerate(hits):
+        by_source.setdefault(hit.source, []).append(index)
+    ranks = [0] * len(hits)
+    for indexes in by_source.values():
+        ordered = sorted(indexes, key=lambda i: (-hits[i].score, i))
+        for rank, index in enumerate(ordered):
+            ranks[index] = rank
+    return ranks
