@@ -373,3 +373,51 @@ def test_large_indexes_generate_candidates_from_distinctive_terms(tmp_path, monk
         store_module.fts_match_expression("common words alpha")
     )
     source.close()
+
+
+def test_words_inside_unspaced_cjk_text_are_found(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "leave.txt").write_text("员工每个月累积两天带薪休假。\n", encoding="utf-8")
+    (docs / "remote.txt").write_text("员工可以每周远程工作三天。\n", encoding="utf-8")
+    (docs / "tokyo.txt").write_text("東京オフィスは午前九時に開きます。\n", encoding="utf-8")
+    source = LocalKnowledgeSource("hr", tmp_path / "hr.sqlite")
+    assert source.store.segmented
+    source.index([docs])
+    assert [h.doc_key for h in source.search_sync("带薪休假")] == ["docs-leave-txt-0"]
+    assert [h.doc_key for h in source.search_sync("远程工作")] == ["docs-remote-txt-0"]
+    assert [h.doc_key for h in source.search_sync("東京オフィス")] == ["docs-tokyo-txt-0"]
+    # re-indexing a changed file deletes the old segmented terms consistently
+    (docs / "leave.txt").write_text("员工每年有十五天年假。\n", encoding="utf-8")
+    source.index([docs])
+    assert source.search_sync("带薪休假") == []
+    assert [h.doc_key for h in source.search_sync("年假")] == ["docs-leave-txt-0"]
+    source.close()
+
+
+def test_indexes_built_before_segmentation_are_queried_as_they_were_built(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    LocalKnowledgeSource("old", path).close()
+    with sqlite3.connect(path) as conn:  # the triggers of an index built before segmentation
+        conn.executescript("""
+            DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TRIGGER chunks_au;
+            CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+                INSERT INTO chunks_fts(rowid, title, content)
+                VALUES (new.rid, new.title, new.content);
+            END;
+            CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+                INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
+                VALUES ('delete', old.rid, old.title, old.content);
+            END;
+        """)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("带薪休假 leave policy\n", encoding="utf-8")
+    source = LocalKnowledgeSource("old", path)
+    assert not source.store.segmented
+    source.index([docs])
+    assert [h.doc_key for h in source.search_sync("带薪休假")] == ["docs-a-txt-0"]
+    assert [h.doc_key for h in source.search_sync("leave")] == ["docs-a-txt-0"]
+    source.close()

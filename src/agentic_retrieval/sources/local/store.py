@@ -41,6 +41,7 @@ RRF_K = 60
 MAX_QUERY_TERMS = 64
 _BUSY_TIMEOUT_MS = 30_000
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 # Dropped from queries only (the index keeps every word): on a large corpus a term that occurs
 # in nearly every chunk costs a full posting-list scan and adds almost nothing to BM25.
 QUERY_STOPWORDS = frozenset(
@@ -80,16 +81,18 @@ CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     tokenize='unicode61 remove_diacritics 2'
 );
 CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, title, content) VALUES (new.rid, new.title, new.content);
+    INSERT INTO chunks_fts(rowid, title, content)
+    VALUES (new.rid, fts_segment(new.title), fts_segment(new.content));
 END;
 CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
-    VALUES ('delete', old.rid, old.title, old.content);
+    VALUES ('delete', old.rid, fts_segment(old.title), fts_segment(old.content));
 END;
 CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE OF title, content ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
-    VALUES ('delete', old.rid, old.title, old.content);
-    INSERT INTO chunks_fts(rowid, title, content) VALUES (new.rid, new.title, new.content);
+    VALUES ('delete', old.rid, fts_segment(old.title), fts_segment(old.content));
+    INSERT INTO chunks_fts(rowid, title, content)
+    VALUES (new.rid, fts_segment(new.title), fts_segment(new.content));
 END;
 INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
@@ -166,11 +169,31 @@ def metadata_column(path: str) -> str:
     return "json_extract(c.metadata, '$." + path.replace("/", ".") + "')"
 
 
-def fts_match_expression(text: str) -> str | None:
+def fts_segment(text: str | None) -> str | None:
+    """Text as the FTS index sees it: runs of CJK characters split into spaced bigrams.
+
+    Chinese and Japanese are written without spaces, so FTS5's ``unicode61`` tokenizer would
+    index a whole sentence as one token and no word inside it could be found. Other text is
+    returned unchanged. Registered as the SQL function ``fts_segment`` used by the triggers.
+    """
+    if text is None or text.isascii():
+        return text
+    return _CJK_RUN.sub(lambda m: f" {_bigrams(m.group(0))} ", text)
+
+
+def _bigrams(run: str) -> str:
+    if len(run) == 1:
+        return run
+    return " ".join(run[i : i + 2] for i in range(len(run) - 1))
+
+
+def fts_match_expression(text: str, *, segmented: bool = True) -> str | None:
     """Turn arbitrary user text into a safe FTS5 query: quoted terms joined by ``OR``.
 
     Operators (``AND``, ``NEAR``, ``-``, ``*``, ``:``, quotes, parentheses) in the user's text
     become plain words or separators; nothing the user types can change the query's syntax.
+    With ``segmented`` (indexes whose triggers use :func:`fts_segment`), a CJK run becomes the
+    phrase of its bigrams, so a word inside an unspaced sentence matches.
 
     Returns:
         The MATCH expression, or ``None`` when the text has no word at all.
@@ -178,12 +201,29 @@ def fts_match_expression(text: str) -> str | None:
     """
     terms: list[str] = []
     for token in _TOKEN.findall(text.casefold()):
-        if token not in terms:
-            terms.append(token)
+        for term in _query_terms(token, segmented):
+            if term not in terms:
+                terms.append(term)
     content_terms = [t for t in terms if t not in QUERY_STOPWORDS] or terms
     if not content_terms:
         return None
     return " OR ".join(f'"{term}"' for term in content_terms[:MAX_QUERY_TERMS])
+
+
+def _query_terms(token: str, segmented: bool) -> list[str]:
+    """A query token as index terms: CJK runs become bigram phrases when segmented."""
+    if not segmented or token.isascii() or not _CJK_RUN.search(token):
+        return [token]
+    terms = []
+    position = 0
+    for match in _CJK_RUN.finditer(token):
+        if match.start() > position:
+            terms.append(token[position : match.start()])
+        terms.append(_bigrams(match.group(0)))
+        position = match.end()
+    if position < len(token):
+        terms.append(token[position:])
+    return terms
 
 
 class LocalStore:
@@ -204,6 +244,11 @@ class LocalStore:
         self._vector_lock = threading.Lock()
         self._closed = False
         self._connection().executescript(_SCHEMA)
+        trigger = self._connection().execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'chunks_ai'"
+        ).fetchone()
+        # indexes built before CJK segmentation keep their triggers: query them unsegmented
+        self.segmented = bool(trigger) and "fts_segment" in trigger[0]
         with self._write() as conn:
             configured = conn.execute("SELECT v FROM chunks_fts_config WHERE k = 'rank'")
             if configured.fetchone() is None:
@@ -226,6 +271,7 @@ class LocalStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            conn.create_function("fts_segment", 1, fts_segment, deterministic=True)
             conn.execute(
                 "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab "
                 "USING fts5vocab(main, chunks_fts, 'row')"
@@ -433,7 +479,7 @@ class LocalStore:
     def _lexical(
         self, text: str, depth: int, where: str, params: list[Any]
     ) -> list[tuple[int, float]] | None:
-        match = fts_match_expression(text)
+        match = fts_match_expression(text, segmented=self.segmented)
         if match is None:
             return None
         match = self._selective(match)
@@ -462,6 +508,9 @@ class LocalStore:
         conn = self._connection()
         rare = []
         for term in terms:
+            if " " in term:  # a CJK phrase: always kept (its bigrams are not single terms)
+                rare.append(term)
+                continue
             row = conn.execute("SELECT doc FROM chunks_vocab WHERE term = ?", (term,)).fetchone()
             if row is not None and row[0] <= SELECTIVE_MAX_SHARE * count:
                 rare.append(term)
