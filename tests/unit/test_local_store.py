@@ -111,6 +111,8 @@ def test_operators_in_queries_are_plain_words(bm25_store: LocalStore) -> None:
 def test_query_without_words_browses_in_order(bm25_store: LocalStore) -> None:
     assert [h.id for h in bm25_store.search("*", top=3)] == ["d0", "d1", "d2"]
     assert all(h.score == 0.0 for h in bm25_store.search("", top=3))
+    assert bm25_store.search("^", top=3) == []
+    assert bm25_store.search("((( )))", top=3) == []
 
 
 FILTER_RECORDS = {

@@ -452,8 +452,9 @@ class LocalStore:
 
         Returns:
             Hits, best first. Scores are ``-bm25`` (higher is better) for lexical search and
-            RRF sums for hybrid search. With no usable words and no vector, the first chunks
-            (in file order) that pass the filter, scored 0.
+            RRF sums for hybrid search. For ``*``, an empty text or a filter-only query, the
+            first chunks (in file order) that pass the filter, scored 0; for text with no
+            word at all (only punctuation), nothing.
 
         """
         if top <= 0:
@@ -465,7 +466,10 @@ class LocalStore:
             dense = self._dense(query_vector, depth, where, params)
             ranked = reciprocal_rank_fusion([lexical, dense])[:top]
         elif lexical is None:
-            ranked = self._browse(top, where, params)
+            # "*" or "" (Azure's match-all) or a filter-only query browses; words that are
+            # all punctuation ("^", "((( )))") match nothing rather than arbitrary chunks
+            browse = text.strip() in ("", "*") or filter_expr is not None
+            ranked = self._browse(top, where, params) if browse else []
         else:
             ranked = lexical[:top]
         return self._fetch(ranked)
