@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
 import re
 import sys
@@ -121,7 +122,9 @@ def index(
     if not exists:
         directory.create(name=name or _kb_name_from(kb))
     directory.add_or_update_source(source, description=description, embeddings=embeddings)
-    with _index_progress(f"indexing into {source}") as progress:
+    # the report below lists every failed file once: silence the per-file log lines
+    with _quiet("agentic_retrieval.sources.local", "pypdf"), \
+            _index_progress(f"indexing into {source}") as progress:
         report = directory.index(source, paths, metadata=metadata or None, progress=progress)
     directory.close()
     _print_report(source, report)
@@ -197,6 +200,20 @@ def _index_progress(label: str) -> Iterator[Callable[[IndexProgress], None]]:
             progress.update(task, total=event.total, completed=event.done)
 
         yield report
+
+
+@contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """Raise the given loggers to ERROR for the duration (their news is in our report)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _print_report(source: str, report: IndexReport) -> None:
