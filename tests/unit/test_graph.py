@@ -377,6 +377,8 @@ def test_malformed_planner_filter_is_dropped_but_caller_filter_kept(toy_source):
     )
     assert [q.filter for q in source.queries] == ["year eq 2024"]
     assert response.status_code == 200
+    planning = response.activity[0]
+    assert planning.error.code == "InvalidFilter" and "year >= 2023" in planning.error.message
     assert {r.doc_key for r in response.references} <= {"fares", "hours"}
 
 

@@ -28,6 +28,7 @@ from agentic_retrieval.conversation import (
     transcript,
 )
 from agentic_retrieval.llm_schemas import QueryPlan
+from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.state import RetrievalState, Subquery
 
 NodeFn = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
@@ -138,7 +139,26 @@ async def _plan(
             entry.record["error"] = error_detail(
                 "ModelOutputInvalid", "the plan asked for retrieval but had no usable query"
             )
+    planned, dropped = _drop_malformed_filters(planned)
+    if dropped and "error" not in entry.record:
+        entry.record["error"] = error_detail(
+            "InvalidFilter", "dropped the planner's malformed filter(s): " + "; ".join(dropped)
+        )
     return {"needs_retrieval": True, "planned": planned, "activity_log": [entry]}
+
+
+def _drop_malformed_filters(planned: list[Subquery]) -> tuple[list[Subquery], list[str]]:
+    """Remove planner filters that do not parse (the caller's filter still applies)."""
+    kept, dropped = [], []
+    for subquery in planned:
+        if subquery.filter:
+            try:
+                parse_filter(subquery.filter)
+            except ODataError as exc:
+                dropped.append(f"{subquery.filter!r} ({exc})")
+                subquery = subquery.model_copy(update={"filter": None})
+        kept.append(subquery)
+    return kept, dropped
 
 
 def _describe_sources(bindings: Bindings, context: Context) -> str:
