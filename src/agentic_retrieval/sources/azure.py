@@ -196,7 +196,7 @@ class AzureSearchKnowledgeSource:
         retry_backoff_max: float = 60.0,
         connection_timeout: float = 10.0,
         read_timeout: float = 60.0,
-        validate: bool = False,
+        validate: bool = True,
         client_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
