@@ -121,6 +121,10 @@ class KnowledgeBase:
             overrides["max_output_size"] = request.max_output_size
         if request.max_output_size_in_tokens:
             overrides["max_output_tokens"] = request.max_output_size_in_tokens
+        limits = [p.max_docs_for_reranker for p in request.knowledge_source_params or []
+                  if p.max_docs_for_reranker]
+        if limits:
+            overrides["max_docs_for_reranker"] = max(limits)
         try:
             return dataclasses.replace(defaults or self.defaults, **overrides)
         except ValueError as exc:

@@ -116,6 +116,8 @@ class KnowledgeSourceParams(WireModel):
     market: str | None = None
     count: int | None = Field(default=None, ge=1, le=1000)
     freshness: str | None = None
+    # 2025-05-01-preview (targetIndexParams): most candidates sent to the reranker
+    max_docs_for_reranker: int | None = Field(default=None, ge=1, le=1000)
 
 
 class RetrieveRequest(WireModel):
@@ -132,6 +134,20 @@ class RetrieveRequest(WireModel):
     knowledge_source_params: list[KnowledgeSourceParams] | None = Field(
         default=None, max_length=100
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preview_target_index_params(cls, data: Any) -> Any:
+        # 2025-05-01-preview named per-source parameters targetIndexParams[{indexName, ...}]
+        if not isinstance(data, dict) or "targetIndexParams" not in data:
+            return data
+        data = dict(data)
+        targets = data.pop("targetIndexParams") or []
+        if not isinstance(targets, list) or not all(isinstance(t, dict) for t in targets):
+            raise ValueError("targetIndexParams must be a list of objects")
+        converted = [_from_target_index(target) for target in targets]
+        data["knowledgeSourceParams"] = list(data.get("knowledgeSourceParams") or []) + converted
+        return data
 
     @field_validator("retrieval_reasoning_effort", mode="before")
     @classmethod
@@ -161,6 +177,18 @@ class RetrieveRequest(WireModel):
         """The requested reasoning effort kind, if any."""
         effort = self.retrieval_reasoning_effort
         return effort.kind if effort else None
+
+
+def _from_target_index(target: dict[str, Any]) -> dict[str, Any]:
+    """A 2025-05-01-preview ``targetIndexParams`` entry as ``knowledgeSourceParams``."""
+    renames = {
+        "indexName": "knowledgeSourceName",
+        "IncludeReferenceSourceData": "includeReferenceSourceData",
+    }
+    converted: dict[str, Any] = {"kind": "searchIndex"}
+    for key, value in target.items():
+        converted[renames.get(key.strip(), key.strip())] = value
+    return converted
 
 
 # --- response ------------------------------------------------------------------------------

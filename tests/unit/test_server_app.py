@@ -30,7 +30,8 @@ def doc_keys(body: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("path", ["/knowledgebases/transit/retrieve",
-                                  "/knowledgebases('transit')/retrieve"])
+                                  "/knowledgebases('transit')/retrieve",
+                                  "/agents/transit/retrieve"])
 def test_retrieve_both_path_forms(path):
     with client() as c:
         r = c.post(f"{path}?api-version={GA}", json=intents_body("student harbor pass"))
@@ -289,3 +290,21 @@ def test_event_stream_reports_a_failing_run_as_an_error_event(monkeypatch):
     assert error["status"] == 500 and error["error"]["code"] == "InternalServerError"
     assert "provider exploded" not in json.dumps(error)  # no internals leak
     assert error["error"]["details"][0]["code"] == "RequestId"
+
+
+def test_2025_05_preview_target_index_params_are_accepted():
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "night tram"}]}],
+        "retrievalReasoningEffort": {"kind": "minimal"},
+        "targetIndexParams": [{
+            "indexName": "hours", "filterAddOn": None, "IncludeReferenceSourceData": True,
+            "rerankerThreshold": 0.5, "maxDocsForReranker": 250,
+        }],
+    }
+    with client() as c:
+        r = c.post("/agents/transit/retrieve?api-version=2025-05-01-preview", json=body)
+    assert r.status_code == 200, r.text
+    refs = r.json()["references"]
+    assert refs and all(ref.get("sourceData") for ref in refs)
+    sources = {a["knowledgeSourceName"] for a in r.json()["activity"] if "count" in a}
+    assert sources == {"hours"}

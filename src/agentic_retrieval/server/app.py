@@ -129,7 +129,14 @@ def _add_routes(app: FastAPI, registry: dict[str, KnowledgeBase], keys: ApiKeys)
 
     for path in ("/knowledgebases/{name}", "/knowledgebases('{name}')"):
         app.add_api_route(path, get_knowledge_base, methods=["GET"])
-    for path in ("/knowledgebases/{name}/retrieve", "/knowledgebases('{name}')/retrieve"):
+    retrieve_paths = (
+        "/knowledgebases/{name}/retrieve",
+        "/knowledgebases('{name}')/retrieve",
+        # the preview generations called knowledge bases agents
+        "/agents/{name}/retrieve",
+        "/agents('{name}')/retrieve",
+    )
+    for path in retrieve_paths:
         app.add_api_route(path, retrieve, methods=["POST"])
 
 
