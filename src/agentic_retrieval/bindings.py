@@ -7,7 +7,7 @@ live in :class:`~agentic_retrieval.context.Context`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from agentic_retrieval.chat_models import ChatModels
@@ -23,3 +23,20 @@ class Bindings:
     sources: Mapping[str, KnowledgeSource]
     models: ChatModels = field(default_factory=ChatModels)
     reranker: Reranker = field(default_factory=PassthroughReranker)
+
+
+def sources_by_name(
+    sources: Iterable[KnowledgeSource] | Mapping[str, KnowledgeSource],
+) -> dict[str, KnowledgeSource]:
+    """Index sources by name.
+
+    Raises:
+        ValueError: Two sources share a name.
+    """
+    items = list(sources.values()) if isinstance(sources, Mapping) else list(sources)
+    by_name: dict[str, KnowledgeSource] = {}
+    for source in items:
+        if source.name in by_name:
+            raise ValueError(f"two knowledge sources are named {source.name!r}")
+        by_name[source.name] = source
+    return by_name

@@ -47,3 +47,31 @@ NO_EVIDENCE_ANSWER = (
     "I could not find information in the knowledge sources to answer this question{topic}."
 )
 """The answer when retrieval returned nothing usable (no LLM call is made)."""
+
+GRADE_SCALE = """\
+4 = the passage answers the query directly and completely
+3 = relevant, answers part of the query
+2 = on the topic of the query but answers little of it
+1 = barely related
+0 = irrelevant"""
+
+LISTWISE_GRADER_PROMPT = f"""\
+You grade how well search-result passages answer a search query.
+
+Grade every passage on this scale:
+{GRADE_SCALE}
+
+Judge each passage on its own text only, not on what you know. Fractions such as 2.5 are
+allowed. Return exactly one grade for every passage id you are given, using the ids as shown
+(p1, p2, ...)."""
+"""System prompt of the listwise grader: the human message lists the query and passages."""
+
+POINTWISE_GRADER_PROMPT = f"""\
+You grade how well one search-result passage answers a search query.
+
+Use this scale:
+{GRADE_SCALE}
+
+Judge the passage on its own text only, not on what you know. Fractions such as 2.5 are
+allowed. Return the grade for the passage."""
+"""System prompt of the pointwise grader: the human message holds the query and one passage."""

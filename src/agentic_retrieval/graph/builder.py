@@ -11,16 +11,14 @@ START → route_intent ─┬→ plan_queries → search × N (Send) → rerank 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langgraph._internal._runnable import RunnableCallable
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agentic_retrieval.bindings import Bindings
+from agentic_retrieval.bindings import Bindings, sources_by_name
 from agentic_retrieval.chat_models import ChatModels
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph import routing
@@ -35,7 +33,7 @@ from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import InputState, OutputState, RetrievalState
-from agentic_retrieval.sync import run_sync
+from agentic_retrieval.sync import with_sync_twin
 
 GRAPH_NAME = "agentic_retrieval"
 
@@ -73,20 +71,20 @@ def build_graph(
         taking :class:`InputState` and a :class:`Context`.
     """
     bindings = Bindings(
-        sources=_by_name(sources),
+        sources=sources_by_name(sources),
         models=ChatModels(chat_model, planning_model, evidence_model, answer_model),
         reranker=reranker or PassthroughReranker(),
     )
     builder = StateGraph(
         RetrievalState, input_schema=InputState, output_schema=OutputState, context_schema=Context
     )
-    builder.add_node("route_intent", _node(make_route_intent(bindings)))
-    builder.add_node("plan_queries", _node(make_plan_queries(bindings)))
-    builder.add_node("search", _node(make_search(bindings)))
-    builder.add_node("rerank", _node(make_rerank(bindings)))
-    builder.add_node("assess_evidence", _node(make_assess_evidence(bindings)))
-    builder.add_node("synthesize", _node(make_synthesize(bindings)))
-    builder.add_node("respond", _node(make_respond(bindings)))
+    builder.add_node("route_intent", with_sync_twin(make_route_intent(bindings)))
+    builder.add_node("plan_queries", with_sync_twin(make_plan_queries(bindings)))
+    builder.add_node("search", with_sync_twin(make_search(bindings)))
+    builder.add_node("rerank", with_sync_twin(make_rerank(bindings)))
+    builder.add_node("assess_evidence", with_sync_twin(make_assess_evidence(bindings)))
+    builder.add_node("synthesize", with_sync_twin(make_synthesize(bindings)))
+    builder.add_node("respond", with_sync_twin(make_respond(bindings)))
 
     builder.add_edge(START, "route_intent")
     builder.add_conditional_edges("route_intent", routing.after_route_intent)
@@ -103,33 +101,6 @@ def build_graph(
     graph = builder.compile(checkpointer=checkpointer, name=name)
     graph.bindings = bindings  # type: ignore[attr-defined]  # for KnowledgeBase and tests
     return graph
-
-
-def _by_name(
-    sources: Iterable[KnowledgeSource] | Mapping[str, KnowledgeSource],
-) -> dict[str, KnowledgeSource]:
-    items = list(sources.values()) if isinstance(sources, Mapping) else list(sources)
-    by_name: dict[str, KnowledgeSource] = {}
-    for source in items:
-        if source.name in by_name:
-            raise ValueError(f"two knowledge sources are named {source.name!r}")
-        by_name[source.name] = source
-    return by_name
-
-
-def _node(afunc: Callable[..., Any]) -> RunnableCallable:
-    """Give an async node a sync twin so ``invoke``/``stream`` work as well as ``ainvoke``.
-
-    The sync twin hands the coroutine to the library's background event loop (see
-    :mod:`agentic_retrieval.sync`), so it also works when the caller's thread already runs a
-    loop, as in Jupyter, and keeps the caller's context variables (callbacks, tracing).
-    """
-
-    @functools.wraps(afunc)
-    def func(*args: Any, **kwargs: Any) -> Any:
-        return run_sync(afunc(*args, **kwargs))
-
-    return RunnableCallable(func, afunc, name=afunc.__name__)
 
 
 __all__ = ["GRAPH_NAME", "Context", "RetrievalGraph", "build_graph"]
