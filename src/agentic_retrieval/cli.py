@@ -30,6 +30,7 @@ from agentic_retrieval.kb_directory import KnowledgeBaseDirectory, KnowledgeBase
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.models import RetrieveResponse
 from agentic_retrieval.odata import ODataError, parse_filter
+from agentic_retrieval.rerankers.registry import UnknownRerankerError
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 
@@ -69,6 +70,7 @@ def user_errors(command: F) -> F:
             InvalidRequestError,
             ModelNotConfiguredError,
             ODataError,
+            UnknownRerankerError,
             ImportError,
         ) as exc:
             err.print(f"error: {exc}", markup=False, soft_wrap=True)

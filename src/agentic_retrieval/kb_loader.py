@@ -22,6 +22,8 @@ from agentic_retrieval.kb_directory import (
     KnowledgeBaseDirectoryError,
 )
 from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.rerankers.base import Reranker
+from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.sources.local import ProgressCallback
 
 SAMPLE_KB_NAME = "harborline"
@@ -35,6 +37,7 @@ def open_knowledge_base(
     sources: Sequence[str] | None = None,
     chat_model: BaseChatModel | str | None = None,
     embeddings: EmbeddingsChoice = None,
+    reranker: Reranker | str | None = None,
 ) -> KnowledgeBase:
     """Open the knowledge base stored in directory ``path``.
 
@@ -45,6 +48,8 @@ def open_knowledge_base(
         chat_model: The chat model (default: ``$AGENTIC_RETRIEVAL_CHAT_MODEL`` when needed).
         embeddings: Embeddings for sources indexed with vectors (see
             :data:`~agentic_retrieval.kb_directory.EmbeddingsChoice`).
+        reranker: A reranker, or a name from :data:`~agentic_retrieval.rerankers.registry.
+            RERANKER_NAMES` (default: ``$AGENTIC_RETRIEVAL_RERANKER``, else ``default``).
 
     Raises:
         KnowledgeBaseDirectoryError: No knowledge base there, it has no sources, or an
@@ -57,9 +62,14 @@ def open_knowledge_base(
             f"knowledge base {directory.name!r} at {directory.path} has no sources yet: "
             "add one with 'agentic-retrieval index'"
         )
+    chosen = reranker if isinstance(reranker, Reranker) else reranker_by_name(reranker)
     opened = [directory.open_source(name, embeddings) for name in names]
     return KnowledgeBase(
-        opened, name=directory.name, description=directory.description, chat_model=chat_model
+        opened,
+        name=directory.name,
+        description=directory.description,
+        chat_model=chat_model,
+        reranker=chosen,
     )
 
 

@@ -216,3 +216,20 @@ def test_reindexing_a_deleted_folder_removes_its_chunks(tmp_path):
     never = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s",
                                 str(tmp_path / "never-existed")])
     assert never.exit_code == 2 and "no such file or folder" in never.output
+
+
+def test_reranker_is_chosen_by_name_from_the_environment(kb, monkeypatch):
+    from agentic_retrieval.kb_loader import open_knowledge_base
+    from agentic_retrieval.rerankers import LexicalReranker, PassthroughReranker
+
+    assert isinstance(open_knowledge_base(kb).bindings.reranker, PassthroughReranker)
+    monkeypatch.setenv("AGENTIC_RETRIEVAL_RERANKER", "lexical")
+    assert isinstance(open_knowledge_base(kb).bindings.reranker, LexicalReranker)
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "--json",
+                                 "ferry"])
+    reranking = [a for a in json.loads(result.stdout)["activity"]
+                 if a["type"] == "semanticReranker"]
+    assert reranking[0]["reranker"] == "lexical-coverage"
+    monkeypatch.setenv("AGENTIC_RETRIEVAL_RERANKER", "magic")
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "ferry"])
+    assert result.exit_code == 2 and "unknown reranker 'magic'" in result.stderr

@@ -6,6 +6,7 @@ from agentic_retrieval.rerankers.embedding import EmbeddingReranker
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.rerankers.llm_grader import LLMGraderReranker, RerankError
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
+from agentic_retrieval.rerankers.registry import RERANKER_NAMES, reranker_by_name
 
 __all__ = [
     "CompressorReranker",
@@ -13,7 +14,9 @@ __all__ = [
     "LLMGraderReranker",
     "LexicalReranker",
     "PassthroughReranker",
+    "RERANKER_NAMES",
     "RerankError",
     "Reranker",
     "clamp_score",
+    "reranker_by_name",
 ]
