@@ -511,11 +511,14 @@ def test_retriever_returns_documents_with_ref_metadata(toy_source, faq_source):
 # --- runs on a checkpointed thread, configurable, time limits in the sync path --------------
 
 
-def test_second_turn_on_a_checkpointed_thread_starts_clean(toy_source, faq_source):
+def test_second_turn_on_a_checkpointed_thread_starts_clean(toy_source, faq_source, caplog):
     from langgraph.checkpoint.memory import MemorySaver
 
+    from agentic_retrieval.checkpointing import checkpoint_serializer
+
     transit, faq = RecordingSource(toy_source), RecordingSource(faq_source)
-    graph = build_graph([transit, faq], checkpointer=MemorySaver())
+    saver = MemorySaver(serde=checkpoint_serializer())
+    graph = build_graph([transit, faq], checkpointer=saver)
     config = {"configurable": {"thread_id": "conversation-1"}}
     context = Context(reasoning_effort="minimal", max_runtime_seconds=1)
     first = graph.invoke({"intents": ["bike late fee"]}, config, context=context)
@@ -534,6 +537,7 @@ def test_second_turn_on_a_checkpointed_thread_starts_clean(toy_source, faq_sourc
     assert not second["timed_out"] and not second["partial"]
     assert [a["type"] for a in second["activity"]] == ["searchIndex", "semanticReranker"]
     assert len(second["messages"]) == 2  # the conversation itself does carry over
+    assert "unregistered type" not in caplog.text
 
 
 def test_configurable_settings_are_honoured_without_a_context(toy_source, monkeypatch):

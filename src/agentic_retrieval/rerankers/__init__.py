@@ -9,12 +9,12 @@ from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.rerankers.registry import RERANKER_NAMES, reranker_by_name
 
 __all__ = [
+    "RERANKER_NAMES",
     "CompressorReranker",
     "EmbeddingReranker",
     "LLMGraderReranker",
     "LexicalReranker",
     "PassthroughReranker",
-    "RERANKER_NAMES",
     "RerankError",
     "Reranker",
     "clamp_score",

@@ -1,0 +1,35 @@
+"""Checkpointing the graph's state: a serializer that knows this library's state types.
+
+LangGraph's default checkpoint serializer accepts any type but warns about each one it does
+not know ("Deserializing unregistered type ..."), and its strict mode refuses them. Pass
+:func:`checkpoint_serializer` to a checkpointer to allow exactly these types, strictly::
+
+    from langgraph.checkpoint.memory import MemorySaver
+    graph = build_graph(sources, checkpointer=MemorySaver(serde=checkpoint_serializer()))
+"""
+
+from __future__ import annotations
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from agentic_retrieval.sources.base import Hit
+from agentic_retrieval.state import (
+    ActivityEntry,
+    Evidence,
+    KeyPoint,
+    RankedHit,
+    RetrievedHit,
+    SearchTask,
+    Subquery,
+)
+
+STATE_TYPES = (Subquery, SearchTask, Hit, RetrievedHit, RankedHit, KeyPoint, Evidence,
+               ActivityEntry)
+"""Every non-builtin type the graph writes into its state (and its Send payloads)."""
+
+
+def checkpoint_serializer() -> JsonPlusSerializer:
+    """A strict msgpack serializer allowing LangGraph's safe types plus :data:`STATE_TYPES`."""
+    return JsonPlusSerializer(
+        allowed_msgpack_modules=[(t.__module__, t.__name__) for t in STATE_TYPES]
+    )
