@@ -105,7 +105,9 @@ def index(
         list[str] | None,
         typer.Option(
             "--meta",
-            help="KEY=VALUE metadata on every chunk, filterable with OData (repeatable).",
+            help="KEY=VALUE metadata on every chunk of these files, filterable with OData "
+            "(repeatable; numbers, true/false and null are typed; replaces the files' "
+            "previous metadata, so repeat it when re-indexing).",
         ),
     ] = None,
 ) -> None:
@@ -115,6 +117,14 @@ def index(
     what was indexed from it.
     """
     metadata = parse_metadata(meta or [])
+    if embeddings:
+        from agentic_retrieval.embeddings import local_embeddings_available
+
+        if not local_embeddings_available():
+            raise UserError(
+                "--embeddings needs the [local] extra (in a checkout: .venv/bin/pip install "
+                "torch==2.13.0, then .venv/bin/pip install -e '.[local]'); nothing was changed"
+            )
     directory = KnowledgeBaseDirectory(kb)
     exists = directory.manifest_path.exists()
     if exists:
@@ -522,7 +532,8 @@ def _import_extra(module: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise UserError(
-            f"this command needs the [{extra}] extra: pip install 'agentic-retrieval[{extra}]'"
+            f"this command needs the [{extra}] extra: pip install 'agentic-retrieval[{extra}]' "
+            f"(in a checkout: .venv/bin/pip install -e '.[{extra}]')"
         ) from exc
 
 

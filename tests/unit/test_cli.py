@@ -233,3 +233,14 @@ def test_reranker_is_chosen_by_name_from_the_environment(kb, monkeypatch):
     monkeypatch.setenv("AGENTIC_RETRIEVAL_RERANKER", "magic")
     result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "ferry"])
     assert result.exit_code == 2 and "unknown reranker 'magic'" in result.stderr
+
+
+def test_embeddings_without_the_extra_changes_nothing(tmp_path, docs, monkeypatch):
+    import agentic_retrieval.embeddings as embeddings
+
+    monkeypatch.setattr(embeddings, "local_embeddings_available", lambda: False)
+    kb_dir = tmp_path / "kb"
+    result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s",
+                                 "--embeddings", str(docs)])
+    assert result.exit_code == 2 and "nothing was changed" in result.stderr
+    assert not kb_dir.exists()

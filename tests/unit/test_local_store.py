@@ -423,3 +423,8 @@ def test_indexes_built_before_segmentation_are_queried_as_they_were_built(tmp_pa
     assert [h.doc_key for h in source.search_sync("带薪休假")] == ["docs-a-txt-0"]
     assert [h.doc_key for h in source.search_sync("leave")] == ["docs-a-txt-0"]
     source.close()
+
+
+def test_a_directory_is_not_a_source_file(tmp_path):
+    with pytest.raises(StoreError, match="is a directory"):
+        LocalKnowledgeSource("handbook", tmp_path)

@@ -236,6 +236,12 @@ class LocalStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise StoreError(
+                f"{self.path} is a directory: a local source is one SQLite file (e.g. "
+                f"{self.path / 'handbook.sqlite'}); for a knowledge-base directory use "
+                "KnowledgeBaseDirectory or kb_loader.open_knowledge_base"
+            )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
