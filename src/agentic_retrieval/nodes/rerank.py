@@ -21,6 +21,7 @@ from agentic_retrieval.activity import elapsed_ms, error_detail
 from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.conversation import remaining_seconds
+from agentic_retrieval.models import KnowledgeSourceParams
 from agentic_retrieval.nodes.plan_queries import source_params
 from agentic_retrieval.nodes.route_intent import NodeFn
 from agentic_retrieval.rerankers.base import Reranker, clamp_score
@@ -59,19 +60,7 @@ def make_rerank(bindings: Bindings) -> NodeFn:
                 "Timeout", f"reranker {bindings.reranker.name} ran out of time; "
                 "candidates were ranked by lexical coverage instead"
             )
-        params = source_params(state)
-        ranked: list[tuple[float, RetrievedHit]] = []
-        for hit in candidates:
-            score = scores.get((hit.source, hit.doc_key), 0.0)
-            threshold = params[hit.source].reranker_threshold if hit.source in params else None
-            threshold = context.reranker_threshold if threshold is None else threshold
-            if threshold is None or score >= threshold:
-                ranked.append((score, hit))
-        ranked.sort(key=lambda pair: (-pair[0], -pair[1].score))
-        selection = [
-            RankedHit(**hit.model_dump(), ref_id=i, final_score=round(score, 4))
-            for i, (score, hit) in enumerate(ranked[: context.top_n])
-        ]
+        selection = select(candidates, scores, source_params(state), context)
         record: dict[str, Any] = {
             "type": "semanticReranker",
             "reranker": bindings.reranker.name,
@@ -90,6 +79,30 @@ def make_rerank(bindings: Bindings) -> NodeFn:
         return update
 
     return rerank
+
+
+def select(
+    candidates: Sequence[RetrievedHit],
+    scores: dict[tuple[str, str], float],
+    params: dict[str, KnowledgeSourceParams],
+    context: Context,
+) -> list[RankedHit]:
+    """Apply each source's ``rerankerThreshold`` (else the context's), keep the best ``top_n``.
+
+    Ties on the 0-4 score break by the source's own score; ref_ids follow the final order.
+    """
+    ranked: list[tuple[float, RetrievedHit]] = []
+    for hit in candidates:
+        score = scores.get((hit.source, hit.doc_key), 0.0)
+        threshold = params[hit.source].reranker_threshold if hit.source in params else None
+        threshold = context.reranker_threshold if threshold is None else threshold
+        if threshold is None or score >= threshold:
+            ranked.append((score, hit))
+    ranked.sort(key=lambda pair: (-pair[0], -pair[1].score))
+    return [
+        RankedHit(**hit.model_dump(), ref_id=i, final_score=round(score, 4))
+        for i, (score, hit) in enumerate(ranked[: context.top_n])
+    ]
 
 
 def unique_candidates(

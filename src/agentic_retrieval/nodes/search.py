@@ -40,25 +40,7 @@ def make_search(bindings: Bindings) -> NodeFn:
             text=task.subquery.text, filter=task.filter, top=task.top, goal=task.subquery.goal
         )
         hits, error, deadline_hit = await _run(source, query, task)
-        kind = wire_kind(source.kind)
-        record: dict[str, Any] = {
-            "type": kind,
-            "knowledgeSourceName": source.name,
-            "queryTime": dt.datetime.fromtimestamp(wall, dt.UTC).isoformat(
-                timespec="milliseconds"
-            ).replace("+00:00", "Z"),
-            "count": len(hits),
-            "elapsedMs": elapsed_ms(clock),
-            f"{kind}Arguments": {
-                "search": query.text,
-                "filter": query.filter,
-                "top": query.top,
-            },
-        }
-        if kind != source.kind:
-            record["knowledgeSourceKind"] = source.kind
-        if error:
-            record["error"] = error
+        record = _record(source, query, len(hits), wall, elapsed_ms(clock), error)
         runtime.stream_writer(
             {
                 "event": "searched",
@@ -90,6 +72,33 @@ def make_search(bindings: Bindings) -> NodeFn:
         return update
 
     return search
+
+
+def _record(
+    source: KnowledgeSource,
+    query: SearchQuery,
+    count: int,
+    wall: float,
+    elapsed: int,
+    error: dict[str, str] | None,
+) -> dict[str, Any]:
+    """The wire activity record of one source query."""
+    kind = wire_kind(source.kind)
+    record: dict[str, Any] = {
+        "type": kind,
+        "knowledgeSourceName": source.name,
+        "queryTime": dt.datetime.fromtimestamp(wall, dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z"),
+        "count": count,
+        "elapsedMs": elapsed,
+        f"{kind}Arguments": {"search": query.text, "filter": query.filter, "top": query.top},
+    }
+    if kind != source.kind:
+        record["knowledgeSourceKind"] = source.kind
+    if error:
+        record["error"] = error
+    return record
 
 
 async def _run(
