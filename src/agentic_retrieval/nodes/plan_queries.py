@@ -8,7 +8,6 @@ itself is the routing function :func:`agentic_retrieval.graph.routing.dispatch_s
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,10 +17,7 @@ from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.models import KnowledgeSourceParams
 from agentic_retrieval.nodes.route_intent import NodeFn
-from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.state import RetrievalState, Subquery
-
-logger = logging.getLogger(__name__)
 
 
 def make_plan_queries(bindings: Bindings) -> NodeFn:
@@ -101,24 +97,7 @@ def resolve_subqueries(
         seen.add(key)
         chosen = [n for n in allowed if n in subquery.sources] or list(allowed)
         chosen += [n for n in always if n not in chosen]
-        update = {"sources": tuple(chosen), "filter": _valid_filter(subquery.filter)}
-        resolved.append(subquery.model_copy(update=update))
+        resolved.append(subquery.model_copy(update={"sources": tuple(chosen)}))
         if len(resolved) == limit:
             break
     return resolved
-
-
-def _valid_filter(text: str | None) -> str | None:
-    """The planner's filter if it parses; a malformed one is dropped, not sent to sources.
-
-    Dropping only ever widens the planner's own narrowing: the caller's ``filterAddOn`` is
-    applied separately and always.
-    """
-    if not text or not text.strip():
-        return None
-    try:
-        parse_filter(text)
-    except ODataError as exc:
-        logger.warning("dropping the planner's malformed filter %r: %s", text, exc)
-        return None
-    return text.strip()

@@ -148,7 +148,11 @@ async def _plan(
 
 
 def _drop_malformed_filters(planned: list[Subquery]) -> tuple[list[Subquery], list[str]]:
-    """Remove planner filters that do not parse (the caller's filter still applies)."""
+    """Remove planner filters that do not parse (the caller's filter still applies).
+
+    The plan is the only producer of subquery filters (intents and follow-ups carry none),
+    so this is the one place they are checked.
+    """
     kept, dropped = [], []
     for subquery in planned:
         if subquery.filter:
