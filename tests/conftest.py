@@ -106,6 +106,13 @@ class SlowSource:
         return [Hit(doc_key="late", content=f"late answer about {query.text}")]
 
 
+def write(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path``, creating folders (test documents)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def user(text: str) -> dict:
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 

@@ -6,16 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.conftest import write
 from tests.unit.test_local_store import ConceptEmbeddings
 
 from agentic_retrieval.kb_directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
 from agentic_retrieval.sources.base import SearchQuery
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 async def test_create_add_index_and_reload(tmp_path: Path) -> None:

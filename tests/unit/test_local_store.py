@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from langchain_core.embeddings import Embeddings
 from rank_bm25 import BM25Okapi
+from tests.conftest import write
 
 from agentic_retrieval.odata import compile_predicate, parse_filter
 from agentic_retrieval.sources.base import FilterNotSupportedError, KnowledgeSource, SearchQuery
@@ -215,12 +216,6 @@ class ConceptEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self._vector(text)
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 async def test_hybrid_search_finds_synonyms_lexical_misses(tmp_path: Path) -> None:
