@@ -29,10 +29,10 @@ from bench_rerankers import QUESTIONS as EARTH_QUESTIONS
 
 from agentic_retrieval import Context, KnowledgeBase
 from agentic_retrieval.embeddings import local_embeddings, local_embeddings_available
-from agentic_retrieval.models import RetrieveResponse
 from agentic_retrieval.rerankers import EmbeddingReranker, LexicalReranker, Reranker
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.sources.local import LocalKnowledgeSource
+from agentic_retrieval.wire.models import RetrieveResponse
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.server_harness import corpus_questions, load, real_docs_kb_dir, running_server
 
-from agentic_retrieval.kb_loader import open_knowledge_base
+from agentic_retrieval.kb.loader import open_knowledge_base
 from agentic_retrieval.server import ServerSettings, create_app
 
 QUESTIONS = corpus_questions()

@@ -115,8 +115,8 @@ SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 def real_docs_kb_dir(root: Path) -> Path:
     """A KB directory over ``../shared/data`` (Earth-book pages and Northwind PDFs), or over
     the bundled sample corpus when the shared data is absent."""
-    from agentic_retrieval.kb_directory import KnowledgeBaseDirectory
-    from agentic_retrieval.kb_loader import build_sample_kb
+    from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+    from agentic_retrieval.kb.loader import build_sample_kb
 
     if not SHARED_DATA.is_dir():
         return build_sample_kb(root / "sample-kb").path
@@ -170,6 +170,6 @@ def corpus_questions() -> list[str]:
     """Questions matching the corpus :func:`real_docs_kb_dir` indexes (shared data or sample)."""
     if SHARED_DATA.is_dir():
         return list(SHARED_DATA_QUESTIONS)
-    from agentic_retrieval.kb_loader import sample_questions
+    from agentic_retrieval.kb.loader import sample_questions
 
     return [item["question"] for item in sample_questions()]

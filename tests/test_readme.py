@@ -65,7 +65,7 @@ def test_readme_cli_commands_run(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from agentic_retrieval.models import RetrieveResponse
+    from agentic_retrieval.wire.models import RetrieveResponse
 
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
     docs = tmp_path / "docs"

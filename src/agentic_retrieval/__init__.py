@@ -4,11 +4,11 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
 from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.models import RetrieveRequest, RetrieveResponse
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
+from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 
 __all__ = [
     "Context",

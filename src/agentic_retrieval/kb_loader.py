@@ -1,131 +1,14 @@
-"""Open a knowledge-base directory as a :class:`KnowledgeBase`, and build the bundled sample.
+"""Deprecated import path: use ``agentic_retrieval.kb.loader``.
 
-The sample knowledge base indexes ``sample_corpus/`` (Harborline Transit: ``riders`` and
-``operations``) lexically into a directory under the user's cache, once; later calls only
-re-check file hashes. It needs no network, no API key and no optional extra.
+Kept so that code written against the 0.1 layout keeps working; it will be removed in 0.3.
 """
 
-from __future__ import annotations
+import warnings
 
-import json
-import os
-from collections.abc import Sequence
-from importlib import resources
-from pathlib import Path
-from typing import Any
+from agentic_retrieval.kb.loader import *  # noqa: F403
 
-from langchain_core.language_models import BaseChatModel
-
-from agentic_retrieval.kb_directory import (
-    EmbeddingsChoice,
-    KnowledgeBaseDirectory,
-    KnowledgeBaseDirectoryError,
+warnings.warn(
+    "agentic_retrieval.kb_loader moved to agentic_retrieval.kb.loader",
+    DeprecationWarning,
+    stacklevel=2,
 )
-from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.rerankers.base import Reranker
-from agentic_retrieval.rerankers.registry import reranker_by_name
-from agentic_retrieval.sources.local import ProgressCallback
-
-SAMPLE_KB_NAME = "harborline"
-SAMPLE_KB_DESCRIPTION = "Harborline Transit (Port Calloway): rider guides and staff procedures."
-CACHE_ENV_VAR = "AGENTIC_RETRIEVAL_CACHE"
-
-
-def open_knowledge_base(
-    path: str | Path,
-    *,
-    sources: Sequence[str] | None = None,
-    chat_model: BaseChatModel | str | None = None,
-    embeddings: EmbeddingsChoice = None,
-    reranker: Reranker | str | None = None,
-) -> KnowledgeBase:
-    """Open the knowledge base stored in directory ``path``.
-
-    Args:
-        path: A directory created by ``agentic-retrieval index`` or
-            :class:`KnowledgeBaseDirectory`.
-        sources: Only these sources (default: all of them).
-        chat_model: The chat model (default: ``$AGENTIC_RETRIEVAL_CHAT_MODEL`` when needed).
-        embeddings: Embeddings for sources indexed with vectors (see
-            :data:`~agentic_retrieval.kb_directory.EmbeddingsChoice`).
-        reranker: A reranker, or a name from :data:`~agentic_retrieval.rerankers.registry.
-            RERANKER_NAMES` (default: ``$AGENTIC_RETRIEVAL_RERANKER``, else ``default``).
-
-    Raises:
-        KnowledgeBaseDirectoryError: No knowledge base there, it has no sources, or an
-            unknown source name.
-    """
-    directory = KnowledgeBaseDirectory(path).load()
-    names = list(sources) if sources else directory.source_names
-    if not names:
-        raise KnowledgeBaseDirectoryError(
-            f"knowledge base {directory.name!r} at {directory.path} has no sources yet: "
-            "add one with 'agentic-retrieval index'"
-        )
-    chosen = reranker if isinstance(reranker, Reranker) else reranker_by_name(reranker)
-    opened = [directory.open_source(name, embeddings) for name in names]
-    return KnowledgeBase(
-        opened,
-        name=directory.name,
-        description=directory.description,
-        chat_model=chat_model,
-        reranker=chosen,
-    )
-
-
-def default_cache_dir() -> Path:
-    """Where cached knowledge bases live.
-
-    ``$AGENTIC_RETRIEVAL_CACHE``, else ``$XDG_CACHE_HOME/agentic-retrieval``, else
-    ``~/.cache/agentic-retrieval``.
-    """
-    explicit = os.environ.get(CACHE_ENV_VAR)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agentic-retrieval"
-
-
-def sample_corpus_dir() -> Path:
-    """The sample corpus shipped inside the package."""
-    return Path(str(resources.files("agentic_retrieval") / "sample_corpus"))
-
-
-def sample_questions() -> list[dict[str, Any]]:
-    """The demo questions: ``id``, ``question``, ``files`` (expected), ``expected`` (text)."""
-    return json.loads((sample_corpus_dir() / "questions.json").read_text(encoding="utf-8"))
-
-
-def build_sample_kb(
-    path: str | Path | None = None, progress: ProgressCallback | None = None
-) -> KnowledgeBaseDirectory:
-    """Create (once) and refresh the sample knowledge base directory.
-
-    Args:
-        path: Where to keep it (default: ``<cache>/sample-kb``).
-        progress: Called after each file while indexing.
-
-    Returns:
-        The loaded directory; indexing is incremental, so a second call only re-hashes files.
-
-    Raises:
-        KnowledgeBaseDirectoryError: ``path`` holds another knowledge base (the sample is
-            never written into a user's knowledge base).
-    """
-    target = Path(path) if path is not None else default_cache_dir() / "sample-kb"
-    directory = KnowledgeBaseDirectory(target)
-    if directory.manifest_path.exists():
-        directory.load()
-        if directory.name != SAMPLE_KB_NAME:
-            raise KnowledgeBaseDirectoryError(
-                f"{target} holds the knowledge base {directory.name!r}, not the sample; "
-                "choose an empty directory for the demo"
-            )
-    else:
-        directory.create(name=SAMPLE_KB_NAME, description=SAMPLE_KB_DESCRIPTION)
-    corpus = sample_corpus_dir()
-    for entry in json.loads((corpus / "sources.json").read_text(encoding="utf-8")):
-        directory.add_or_update_source(entry["name"], description=entry["description"])
-        directory.index(entry["name"], [corpus / entry["folder"]], progress=progress,
-                        embeddings=False)
-    return directory

@@ -1,6 +1,6 @@
 """``KnowledgeBase``: the retrieve API in Python, on top of the compiled graph.
 
-It takes and returns the wire models of :mod:`agentic_retrieval.models` (or plain dicts in
+It takes and returns the wire models of :mod:`agentic_retrieval.wire.models` (or plain dicts in
 their JSON shape), so the same request works from Python, over HTTP and over MCP.
 """
 
@@ -27,7 +27,12 @@ from pydantic import ValidationError
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
 from agentic_retrieval.graph.builder import build_graph
-from agentic_retrieval.models import (
+from agentic_retrieval.graph.sync import run_sync
+from agentic_retrieval.odata import ODataError, parse_filter
+from agentic_retrieval.rerankers.base import Reranker
+from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.state import InputState
+from agentic_retrieval.wire.models import (
     ActivityRecord,
     MessageContent,
     Reference,
@@ -35,11 +40,6 @@ from agentic_retrieval.models import (
     RetrieveRequest,
     RetrieveResponse,
 )
-from agentic_retrieval.odata import ODataError, parse_filter
-from agentic_retrieval.rerankers.base import Reranker
-from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.state import InputState
-from agentic_retrieval.sync import run_sync
 
 T = TypeVar("T")
 GRACE_SECONDS = 2.0

@@ -19,9 +19,9 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from pydantic import ConfigDict
 
+from agentic_retrieval.graph.sync import run_sync
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.models import RetrieveResponse
-from agentic_retrieval.sync import run_sync
+from agentic_retrieval.wire.models import RetrieveResponse
 
 
 class KnowledgeBaseRetriever(BaseRetriever):

@@ -4,7 +4,7 @@ Built from the environment, with no network and no API key:
 
 - ``AGENTIC_RETRIEVAL_KB``: a knowledge-base directory (``agentic-retrieval index``); else the
   bundled sample corpus, indexed once into ``<cache>/sample-kb`` (see
-  :func:`agentic_retrieval.kb_loader.default_cache_dir`); if the cache cannot be written, an
+  :func:`agentic_retrieval.kb.loader.default_cache_dir`); if the cache cannot be written, an
   in-memory source over the same files.
 - ``AGENTIC_RETRIEVAL_CHAT_MODEL``: the ``provider:model`` used at effort low/medium (runs at
   effort ``minimal`` need none; set it in Studio's configuration panel per run).
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_retrieval.graph.builder import build_graph
-from agentic_retrieval.kb_loader import (
+from agentic_retrieval.kb.loader import (
     build_sample_kb,
     open_knowledge_base,
     sample_corpus_dir,

@@ -23,7 +23,7 @@ from agentic_retrieval.sources.azure import (
     AzureSearchKnowledgeSource,
     AzureSourceConfigurationError,
 )
-from agentic_retrieval.sources.azure_index import (
+from agentic_retrieval.sources.azure.index import (
     build_index,
     document_key,
     ensure_index,

@@ -86,7 +86,7 @@ async def test_mcp_endpoint_requires_a_key(base_url):
 
 
 async def test_stdio_server_from_the_command_line(tmp_path):
-    from agentic_retrieval.kb_loader import build_sample_kb
+    from agentic_retrieval.kb.loader import build_sample_kb
 
     kb_dir = tmp_path / "kb"
     build_sample_kb(kb_dir)

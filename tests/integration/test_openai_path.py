@@ -9,7 +9,7 @@ from tests.conftest import user
 from tests.integration.openai_standin import OpenAIStandIn
 
 from agentic_retrieval import KnowledgeBase
-from agentic_retrieval.chat_models import _init_model
+from agentic_retrieval.llm.chat_models import _init_model
 
 pytest.importorskip("langchain_openai")
 pytestmark = pytest.mark.integration

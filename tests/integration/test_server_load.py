@@ -17,9 +17,9 @@ from tests.server_harness import (
 )
 
 from agentic_retrieval import Context, KnowledgeBase
-from agentic_retrieval.kb_loader import open_knowledge_base
-from agentic_retrieval.models import RetrieveResponse
+from agentic_retrieval.kb.loader import open_knowledge_base
 from agentic_retrieval.server import ServerSettings, create_app
+from agentic_retrieval.wire.models import RetrieveResponse
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 GA = "2026-04-01"

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentic_retrieval.kb_directory import KnowledgeBaseDirectory
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

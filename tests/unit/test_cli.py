@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentic_retrieval.cli import app
-from agentic_retrieval.models import RetrieveResponse
+from agentic_retrieval.wire.models import RetrieveResponse
 
 runner = CliRunner()
 
@@ -219,7 +219,7 @@ def test_reindexing_a_deleted_folder_removes_its_chunks(tmp_path):
 
 
 def test_reranker_is_chosen_by_name_from_the_environment(kb, monkeypatch):
-    from agentic_retrieval.kb_loader import open_knowledge_base
+    from agentic_retrieval.kb.loader import open_knowledge_base
     from agentic_retrieval.rerankers import LexicalReranker, PassthroughReranker
 
     assert isinstance(open_knowledge_base(kb).bindings.reranker, PassthroughReranker)

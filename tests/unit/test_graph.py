@@ -627,7 +627,7 @@ def test_answer_cannot_cite_passages_of_unreferenced_sources(toy_source, faq_sou
             {"knowledgeSourceName": "faq", "includeReferences": False},
         ],
     })
-    from agentic_retrieval.citations import cited_ids
+    from agentic_retrieval.wire.citations import cited_ids
 
     referenced = {int(r.id) for r in response.references}
     assert set(cited_ids(response.text)) <= referenced

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import write
 from tests.unit.test_local_store import ConceptEmbeddings
 
-from agentic_retrieval.kb_directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
 from agentic_retrieval.sources.base import SearchQuery
 
 

@@ -9,7 +9,7 @@ from tests.conftest import user
 
 from agentic_retrieval import Context, KnowledgeBase
 from agentic_retrieval.errors import InvalidRequestError
-from agentic_retrieval.models import RetrieveRequest, RetrieveResponse
+from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 
 sdk = pytest.importorskip("azure.search.documents.knowledgebases.models")
 
@@ -184,7 +184,7 @@ def test_sdk_web_source_params_validate():
 
 def test_unusable_model_is_a_request_error_not_a_crash(toy_source, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    from agentic_retrieval.chat_models import _init_model
+    from agentic_retrieval.llm.chat_models import _init_model
 
     _init_model.cache_clear()
     for spec in ("foo:bar", "openai:gpt-4.1-mini"):

@@ -367,7 +367,7 @@ async def test_local_minilm_ranks_the_answering_sample_document_first() -> None:
 
     if not local_embeddings_available():
         pytest.skip("the [local] extra is not installed")
-    root = files("agentic_retrieval") / "sample_corpus"
+    root = files("agentic_retrieval.kb") / "sample_corpus"
     hits = [
         Hit(doc_key=f"{folder}/{path.name}", content=path.read_text(encoding="utf-8"))
         for folder in ("riders", "operations")

@@ -6,7 +6,7 @@ import json
 import re
 from importlib.resources import files
 
-ROOT = files("agentic_retrieval") / "sample_corpus"
+ROOT = files("agentic_retrieval.kb") / "sample_corpus"
 
 
 def documents() -> dict[str, str]:

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.server_harness import FailingSource, SlowSource, intents_body, transit_kb
 
-from agentic_retrieval.models import SUPPORTED_API_VERSIONS
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.testing import ScriptedChatModel
+from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
 
 GA = "2026-04-01"
 KEY = "admin-secret-key"

@@ -18,10 +18,11 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agentic_retrieval.bindings import Bindings, sources_by_name
-from agentic_retrieval.chat_models import ChatModels
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph import routing
+from agentic_retrieval.graph.bindings import Bindings, sources_by_name
+from agentic_retrieval.graph.sync import with_sync_twin
+from agentic_retrieval.llm.chat_models import ChatModels
 from agentic_retrieval.nodes.assess_evidence import make_assess_evidence
 from agentic_retrieval.nodes.plan_queries import make_plan_queries
 from agentic_retrieval.nodes.rerank import make_rerank
@@ -33,7 +34,6 @@ from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import InputState, OutputState, RetrievalState
-from agentic_retrieval.sync import with_sync_twin
 
 GRAPH_NAME = "agentic_retrieval"
 

@@ -8,8 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.nodes.plan_queries import source_params
-from agentic_retrieval.nodes.search import build_tasks
+from agentic_retrieval.nodes._shared import build_tasks, source_params
 from agentic_retrieval.state import RetrievalState
 
 

@@ -16,16 +16,22 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from agentic_retrieval.activity import model_entry
-from agentic_retrieval.bindings import Bindings
-from agentic_retrieval.chat_models import structured_call
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.conversation import last_user_text, remaining_seconds, today
-from agentic_retrieval.llm_schemas import EvidenceAssessment
-from agentic_retrieval.nodes.plan_queries import allowed_sources, resolve_subqueries, source_params
-from agentic_retrieval.nodes.route_intent import NodeFn
-from agentic_retrieval.passages import format_passages
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.llm.chat_models import structured_call
+from agentic_retrieval.llm.schemas import EvidenceAssessment
+from agentic_retrieval.nodes._shared import (
+    NodeFn,
+    allowed_sources,
+    last_user_text,
+    remaining_seconds,
+    resolve_subqueries,
+    source_params,
+    today,
+)
 from agentic_retrieval.state import Evidence, KeyPoint, RetrievalState, Subquery
+from agentic_retrieval.wire.activity import model_entry
+from agentic_retrieval.wire.grounding import format_passages
 
 EVIDENCE_PASSAGE_CHARS = 24_000
 """Passage text shown to the evidence model (whole passages, best first)."""

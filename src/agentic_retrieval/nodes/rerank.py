@@ -17,17 +17,15 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from agentic_retrieval.activity import elapsed_ms, error_detail
-from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.conversation import remaining_seconds
-from agentic_retrieval.models import KnowledgeSourceParams
-from agentic_retrieval.nodes.plan_queries import source_params
-from agentic_retrieval.nodes.route_intent import NodeFn
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, source_params
 from agentic_retrieval.rerankers.base import Reranker, clamp_score
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState, RetrievedHit
 from agentic_retrieval.text import SKETCH_SIZE, jaccard, shingles, sketch
+from agentic_retrieval.wire.activity import elapsed_ms, error_detail
+from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 logger = logging.getLogger(__name__)
 NEAR_DUPLICATE_JACCARD = 0.9

@@ -13,14 +13,12 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from agentic_retrieval.activity import error_detail, finalize, total_usage, wire_kind
-from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.conversation import remaining_seconds
-from agentic_retrieval.models import KnowledgeSourceParams
-from agentic_retrieval.nodes.plan_queries import source_params
-from agentic_retrieval.nodes.route_intent import NodeFn
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, source_params
 from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState
+from agentic_retrieval.wire.activity import error_detail, finalize, total_usage, wire_kind
+from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 
 def make_respond(bindings: Bindings) -> NodeFn:

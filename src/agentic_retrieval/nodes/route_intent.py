@@ -9,7 +9,6 @@ call does routing, planning and source selection together (one round trip instea
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -17,21 +16,20 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from agentic_retrieval.activity import error_detail, model_entry
-from agentic_retrieval.bindings import Bindings
-from agentic_retrieval.chat_models import structured_call
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.conversation import (
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.llm.chat_models import structured_call
+from agentic_retrieval.llm.schemas import QueryPlan
+from agentic_retrieval.nodes._shared import (
+    NodeFn,
     last_user_text,
     remaining_seconds,
     today,
     transcript,
 )
-from agentic_retrieval.llm_schemas import QueryPlan
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.state import RetrievalState, Subquery
-
-NodeFn = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
+from agentic_retrieval.wire.activity import error_detail, model_entry
 
 
 def make_route_intent(bindings: Bindings) -> NodeFn:

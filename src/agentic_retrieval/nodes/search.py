@@ -16,14 +16,13 @@ from typing import Any
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from agentic_retrieval.activity import elapsed_ms, error_detail, wire_kind
-from agentic_retrieval.bindings import Bindings
 from agentic_retrieval.context import Context
-from agentic_retrieval.models import KnowledgeSourceParams
-from agentic_retrieval.nodes.route_intent import NodeFn
-from agentic_retrieval.odata import ODataError, and_filters
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.nodes._shared import NodeFn
+from agentic_retrieval.odata import ODataError
 from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
-from agentic_retrieval.state import ActivityEntry, RetrievedHit, SearchTask, Subquery
+from agentic_retrieval.state import ActivityEntry, RetrievedHit, SearchTask
+from agentic_retrieval.wire.activity import elapsed_ms, error_detail, wire_kind
 
 logger = logging.getLogger(__name__)
 
@@ -131,30 +130,3 @@ async def _run(
     return valid[: query.top], None, False
 
 
-def build_tasks(
-    subqueries: list[Subquery],
-    params: dict[str, KnowledgeSourceParams],
-    context: Context,
-    started_at: float,
-) -> list[SearchTask]:
-    """One task per (subquery, source), with the caller's filter ANDed with the planner's.
-
-    The caller's ``filterAddOn`` is a security boundary: it is always kept, and the
-    planner's filter can only narrow it.
-    """
-    deadline = started_at + context.max_runtime_seconds
-    tasks = []
-    for subquery in subqueries:
-        for source in subquery.sources:
-            caller = params[source].filter_add_on if source in params else None
-            tasks.append(
-                SearchTask(
-                    subquery=subquery,
-                    source=source,
-                    filter=and_filters(caller, subquery.filter),
-                    top=context.search_top,
-                    deadline=deadline,
-                    timeout=context.source_timeout_seconds,
-                )
-            )
-    return tasks

@@ -18,17 +18,21 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from agentic_retrieval import prompts
-from agentic_retrieval.activity import model_entry
-from agentic_retrieval.bindings import Bindings
-from agentic_retrieval.chat_models import structured_call
-from agentic_retrieval.citations import validate_citations
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.conversation import last_user_text, remaining_seconds, today
-from agentic_retrieval.llm_schemas import SynthesizedAnswer
-from agentic_retrieval.nodes.plan_queries import source_params
-from agentic_retrieval.nodes.route_intent import NodeFn
-from agentic_retrieval.passages import format_passages, grounding_string
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.llm.chat_models import structured_call
+from agentic_retrieval.llm.schemas import SynthesizedAnswer
+from agentic_retrieval.nodes._shared import (
+    NodeFn,
+    last_user_text,
+    remaining_seconds,
+    source_params,
+    today,
+)
 from agentic_retrieval.state import RankedHit, RetrievalState
+from agentic_retrieval.wire.activity import model_entry
+from agentic_retrieval.wire.citations import validate_citations
+from agentic_retrieval.wire.grounding import format_passages, grounding_string
 
 
 def make_synthesize(bindings: Bindings) -> NodeFn:

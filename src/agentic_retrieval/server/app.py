@@ -16,12 +16,12 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.models import SUPPORTED_API_VERSIONS
 from agentic_retrieval.server.auth import ApiKeys, Role
 from agentic_retrieval.server.errors import ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.settings import ServerSettings
 from agentic_retrieval.server.streaming import EVENT_STREAM, retrieve_events, wants_event_stream
+from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
-from agentic_retrieval.models import RetrieveRequest
 from agentic_retrieval.server.errors import error_body
+from agentic_retrieval.wire.models import RetrieveRequest
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from agentic_retrieval.chat_models import Usage
+from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.state import ActivityEntry
 
 WIRE_KINDS = frozenset({"searchIndex", "azureBlob", "indexedOneLake", "web"})

@@ -1,4 +1,4 @@
-"""Small text utilities shared by the in-memory source and the lexical reranker."""
+"""Words of a text as the lexical rankers see them: normalised, stemmed, CJK segmented."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ MAX_CACHED_CHARS = 20_000
 """Longer texts are tokenized without caching, so a few huge inputs cannot fill memory."""
 
 
-def _short_text_cache(maxsize: int) -> Callable[[Callable[..., R]], Callable[..., R]]:
+def short_text_cache(maxsize: int) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """``lru_cache`` for texts up to ``MAX_CACHED_CHARS`` (the first argument)."""
 
     def decorate(function: Callable[..., R]) -> Callable[..., R]:
@@ -35,6 +35,7 @@ def _short_text_cache(maxsize: int) -> Callable[[Callable[..., R]], Callable[...
         return wrapper
 
     return decorate
+
 
 STOPWORDS = frozenset(
     """a an and are as at be but by can do does for from had has have how i if in into is it
@@ -66,27 +67,30 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     Returns:
         The tokens in order of appearance.
     """
-    return list(_tokens(text, drop_stopwords))
+    return list(cached_tokens(text, drop_stopwords))
 
 
-@_short_text_cache(maxsize=8192)
+@short_text_cache(maxsize=8192)
 def token_counts(text: str) -> dict[str, int]:
     """Content-word token frequencies of ``text`` (cached)."""
     counts: dict[str, int] = {}
-    for token in _tokens(text, True):
+    for token in cached_tokens(text, True):
         counts[token] = counts.get(token, 0) + 1
     return counts
 
 
-@_short_text_cache(maxsize=8192)
+@short_text_cache(maxsize=8192)
 def token_set(text: str) -> frozenset[str]:
     """The distinct content-word tokens of ``text`` (cached)."""
-    return frozenset(_tokens(text, True))
+    return frozenset(cached_tokens(text, True))
 
 
-@_short_text_cache(maxsize=8192)
-def _tokens(text: str, drop_stopwords: bool) -> tuple[str, ...]:
-    # Cached: the same chunks are tokenized for every subquery and by several steps.
+@short_text_cache(maxsize=8192)
+def cached_tokens(text: str, drop_stopwords: bool) -> tuple[str, ...]:
+    """The token tuple behind :func:`tokenize` (cached).
+
+    Cached because the same chunks are tokenized for every subquery and by several steps.
+    """
     folded = text.casefold()
     ascii_only = folded.isascii()
     if not ascii_only:
@@ -125,36 +129,3 @@ def _segment_cjk(words: list[str]) -> list[str]:
 def _remember_stem(word: str) -> str:
     _STEMS[word] = stemmed = stem(word)
     return stemmed
-
-
-@_short_text_cache(maxsize=4096)
-def shingles(text: str, size: int = 5) -> frozenset[int]:
-    """Hashed n-grams of the content words of ``text`` (for near-duplicate detection).
-
-    Built from the same cached tokens the lexical reranker uses, so each chunk is tokenized
-    once per run.
-    """
-    words = _tokens(text, True)
-    if len(words) <= size:
-        return frozenset({hash(words)})
-    return frozenset(hash(words[i : i + size]) for i in range(len(words) - size + 1))
-
-
-SKETCH_SIZE = 16
-
-
-@_short_text_cache(maxsize=4096)
-def sketch(text: str) -> frozenset[int]:
-    """A bottom-k MinHash sketch of :func:`shingles`: the ``SKETCH_SIZE`` smallest hashes.
-
-    Two texts whose Jaccard similarity is high share most of their sketch, so comparing
-    sketches (16 values) rules out dissimilar pairs without joining whole shingle sets.
-    """
-    return frozenset(sorted(shingles(text))[:SKETCH_SIZE])
-
-
-def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
-    """Jaccard similarity of two shingle sets."""
-    if not a or not b:
-        return 0.0
-    return len(a & b) / len(a | b)

@@ -24,15 +24,15 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentic_retrieval.chat_models import ModelNotConfiguredError
 from agentic_retrieval.errors import InvalidRequestError
-from agentic_retrieval.kb_directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
-from agentic_retrieval.models import RetrieveResponse
+from agentic_retrieval.llm.chat_models import ModelNotConfiguredError
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.rerankers.registry import UnknownRerankerError
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
+from agentic_retrieval.wire.models import RetrieveResponse
 
 EXIT_USAGE = 2
 EFFORTS = ("minimal", "low", "medium")
@@ -272,7 +272,7 @@ def retrieve(
     ] = False,
 ) -> None:
     """Run agentic retrieval for QUESTION over the knowledge base in DIR."""
-    from agentic_retrieval.kb_loader import open_knowledge_base
+    from agentic_retrieval.kb.loader import open_knowledge_base
 
     _check_choice("--effort", effort, EFFORTS)
     _check_choice("--output-mode", output_mode, OUTPUT_MODES)
@@ -466,7 +466,7 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 1024 * 1024,
 ) -> None:
     """Serve the retrieve REST API and the MCP endpoint for one or more knowledge bases."""
-    from agentic_retrieval.kb_loader import open_knowledge_base
+    from agentic_retrieval.kb.loader import open_knowledge_base
 
     server = _server_extra()
     uvicorn = _import_extra("uvicorn", "server")
@@ -495,7 +495,7 @@ def serve(
 @user_errors
 def mcp(kb: KbOption) -> None:
     """Serve the knowledge base in DIR as an MCP server over stdio (for desktop clients)."""
-    from agentic_retrieval.kb_loader import open_knowledge_base
+    from agentic_retrieval.kb.loader import open_knowledge_base
 
     _server_extra()
     from agentic_retrieval.server.mcp import run_stdio
@@ -555,7 +555,7 @@ def demo(
     The knowledge base is the bundled Harborline Transit corpus; questions run at minimal
     effort (no LLM), and each shows whether the file expected to answer it ranked in the top.
     """
-    from agentic_retrieval.kb_loader import build_sample_kb, open_knowledge_base, sample_questions
+    from agentic_retrieval.kb.loader import build_sample_kb, open_knowledge_base, sample_questions
 
     try:
         with _index_progress("indexing the sample corpus") as progress:
@@ -593,6 +593,3 @@ def expected_rank(response: RetrieveResponse, files: list[str]) -> int | None:
             return rank
     return None
 
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

@@ -1,0 +1,5 @@
+"""The ``agentic-retrieval`` command line."""
+
+from agentic_retrieval.cli.app import app
+
+__all__ = ["app"]

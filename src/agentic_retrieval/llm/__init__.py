@@ -1,0 +1,1 @@
+"""Model calls by role: resolving chat models, structured calls, output schemas."""

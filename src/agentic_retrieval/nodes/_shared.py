@@ -1,0 +1,156 @@
+"""Helpers the nodes share, so that no node imports another node.
+
+The conversation (question, transcript), the run's time budget, the caller's per-source
+parameters, source resolution for a round, and the search tasks a round fans out to.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from agentic_retrieval.context import Context
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.odata import and_filters
+from agentic_retrieval.state import RetrievalState, SearchTask, Subquery
+from agentic_retrieval.wire.models import KnowledgeSourceParams
+
+MAX_TRANSCRIPT_CHARS = 12_000
+"""Oldest turns are dropped from prompts beyond this many characters."""
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text of a message, whatever its content format."""
+    text = message.text
+    return str(text) if isinstance(text, str) else str(text())
+
+
+def last_user_text(messages: Sequence[BaseMessage]) -> str:
+    """The last human message's text, or the last message's when there is no human one."""
+    for message in reversed(messages):
+        if message.type == "human" and message_text(message).strip():
+            return message_text(message).strip()
+    for message in reversed(messages):
+        if message_text(message).strip():
+            return message_text(message).strip()
+    return ""
+
+
+def transcript(messages: Sequence[BaseMessage]) -> str:
+    """The conversation as ``role: text`` lines, newest last, bounded in size."""
+    lines: list[str] = []
+    size = 0
+    for message in reversed(messages):
+        line = f"{message.type}: {message_text(message).strip()}"
+        if size + len(line) > MAX_TRANSCRIPT_CHARS and lines:
+            break
+        lines.append(line)
+        size += len(line)
+    return "\n".join(reversed(lines))
+
+
+def today() -> str:
+    """Today's date for prompts (models otherwise guess from their training cut-off)."""
+    return dt.date.today().isoformat()
+
+
+def remaining_seconds(started_at: float | None, context: Context) -> float:
+    """Seconds left before ``context.max_runtime_seconds`` elapses for this run."""
+    if started_at is None:
+        return context.max_runtime_seconds
+    return started_at + context.max_runtime_seconds - time.time()
+
+
+NodeFn = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
+
+
+def source_params(state: RetrievalState) -> dict[str, KnowledgeSourceParams]:
+    """The caller's per-source overrides, by source name."""
+    params = {}
+    for raw in state.get("knowledge_source_params") or []:
+        item = raw if isinstance(raw, KnowledgeSourceParams) else (
+            KnowledgeSourceParams.model_validate(raw)
+        )
+        params[item.knowledge_source_name] = item
+    return params
+
+
+def allowed_sources(
+    bindings: Bindings, context: Context, params: dict[str, KnowledgeSourceParams]
+) -> list[str]:
+    """Sources this run may query: bound, allowed by the context, named by the caller.
+
+    Raises:
+        ValueError: When the caller names a source that is not bound.
+    """
+    unknown = sorted(set(params) - set(bindings.sources))
+    if unknown:
+        raise ValueError(f"unknown knowledge source(s): {', '.join(unknown)}")
+    names = list(bindings.sources)
+    if context.knowledge_sources is not None:
+        names = [n for n in names if n in context.knowledge_sources]
+    if params:
+        names = [n for n in names if n in params]
+    return names
+
+
+def resolve_subqueries(
+    planned: Sequence[Subquery], allowed: Sequence[str], always: Sequence[str], limit: int
+) -> list[Subquery]:
+    """Cap, dedupe and attach sources to ``planned`` subqueries.
+
+    Args:
+        planned: Subqueries as planned (``sources`` is the planner's selection, may be empty).
+        allowed: Sources the run may use, in binding order.
+        always: Sources to add to every subquery (``alwaysQuerySource``).
+        limit: Most subqueries to keep.
+
+    Returns:
+        The subqueries to search, each with a non-empty ``sources`` unless nothing is allowed.
+    """
+    seen: set[str] = set()
+    resolved: list[Subquery] = []
+    for subquery in planned:
+        key = " ".join(subquery.text.casefold().split())
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        chosen = [n for n in allowed if n in subquery.sources] or list(allowed)
+        chosen += [n for n in always if n not in chosen]
+        resolved.append(subquery.model_copy(update={"sources": tuple(chosen)}))
+        if len(resolved) == limit:
+            break
+    return resolved
+
+
+def build_tasks(
+    subqueries: list[Subquery],
+    params: dict[str, KnowledgeSourceParams],
+    context: Context,
+    started_at: float,
+) -> list[SearchTask]:
+    """One task per (subquery, source), with the caller's filter ANDed with the planner's.
+
+    The caller's ``filterAddOn`` is a security boundary: it is always kept, and the
+    planner's filter can only narrow it.
+    """
+    deadline = started_at + context.max_runtime_seconds
+    tasks = []
+    for subquery in subqueries:
+        for source in subquery.sources:
+            caller = params[source].filter_add_on if source in params else None
+            tasks.append(
+                SearchTask(
+                    subquery=subquery,
+                    source=source,
+                    filter=and_filters(caller, subquery.filter),
+                    top=context.search_top,
+                    deadline=deadline,
+                    timeout=context.source_timeout_seconds,
+                )
+            )
+    return tasks

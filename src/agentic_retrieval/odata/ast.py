@@ -1,0 +1,128 @@
+"""The filter AST: immutable nodes, the comparison operators, and the parse error."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal as TypingLiteral
+from typing import TypeAlias
+
+ComparisonOp: TypeAlias = TypingLiteral["eq", "ne", "gt", "ge", "lt", "le"]
+COMPARISON_OPS = ("eq", "ne", "gt", "ge", "lt", "le")
+FLIPPED: dict[str, ComparisonOp] = {
+    "eq": "eq",
+    "ne": "ne",
+    "gt": "lt",
+    "ge": "le",
+    "lt": "gt",
+    "le": "ge",
+}
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z_][A-Za-z0-9_]*)*\Z")
+DEFAULT_DELIMITERS = " ,"
+
+
+class ODataError(ValueError):
+    """A filter that does not parse, or uses something this implementation does not support.
+
+    Attributes:
+        position: 0-based character offset in the filter text where the problem was found.
+        detail: The message without the position prefix.
+
+    """
+
+    def __init__(self, detail: str, position: int, text: str = "") -> None:
+        self.position = position
+        self.detail = detail
+        self.text = text
+        super().__init__(f"Invalid OData filter at position {position}: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """A constant: ``str``, ``int``/``float``, ``bool``, ``None`` or an aware ``datetime``."""
+
+    value: str | int | float | bool | datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A field path such as ``category`` or ``address/city`` (``/``-separated)."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    """``field op literal``; a ``literal op field`` comparison is stored flipped."""
+
+    op: ComparisonOp
+    field: Field
+    literal: Literal
+
+
+@dataclass(frozen=True, slots=True)
+class BoolField:
+    """A bare boolean field used as a predicate (``isActive``), i.e. ``isActive eq true``."""
+
+    field: Field
+
+
+@dataclass(frozen=True, slots=True)
+class And:
+    """Both operands hold."""
+
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Or:
+    """At least one operand holds."""
+
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    """The operand does not hold."""
+
+    operand: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class SearchIn:
+    """``search.in(field, 'a,b')``: the field equals one of ``values``."""
+
+    field: Field
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Any_:
+    """``field/any(var: predicate)``; ``predicate is None`` means "the collection is non-empty"."""
+
+    field: Field
+    variable: str | None
+    predicate: Expr | None
+
+
+@dataclass(frozen=True, slots=True)
+class All:
+    """``field/all(var: predicate)``: every element satisfies ``predicate`` (true when empty)."""
+
+    field: Field
+    variable: str
+    predicate: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    """The literal ``true`` or ``false`` used as a whole predicate."""
+
+    value: bool
+
+
+Expr: TypeAlias = Constant | Compare | BoolField | And | Or | Not | SearchIn | Any_ | All

@@ -1,0 +1,22 @@
+"""Text analysis shared by the in-memory source, the lexical reranker and deduplication."""
+
+from agentic_retrieval.text.analysis import (
+    MAX_CACHED_CHARS,
+    stem,
+    token_counts,
+    token_set,
+    tokenize,
+)
+from agentic_retrieval.text.similarity import SKETCH_SIZE, jaccard, shingles, sketch
+
+__all__ = [
+    "MAX_CACHED_CHARS",
+    "SKETCH_SIZE",
+    "jaccard",
+    "shingles",
+    "sketch",
+    "stem",
+    "token_counts",
+    "token_set",
+    "tokenize",
+]
