@@ -28,11 +28,13 @@ demo: install
 
 test: install-dev
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
 clean:

@@ -72,9 +72,11 @@ async def fan_out(runs: int) -> None:
         assert searches == 9, searches
     sequential = 9 * SLEEP
     median = statistics.median(walls)
-    print(f"fan-out 3x3 @ {SLEEP * 1000:.0f} ms/search: median wall {median * 1000:.1f} ms, "
-          f"p95 {percentile(walls, 0.95) * 1000:.1f} ms; sequential {sequential * 1000:.0f} ms; "
-          f"speed-up {sequential / median:.1f}x (target >= 6x)")
+    print(
+        f"fan-out 3x3 @ {SLEEP * 1000:.0f} ms/search: median wall {median * 1000:.1f} ms, "
+        f"p95 {percentile(walls, 0.95) * 1000:.1f} ms; sequential {sequential * 1000:.0f} ms; "
+        f"speed-up {sequential / median:.1f}x (target >= 6x)"
+    )
 
 
 async def overhead(runs: int) -> None:
@@ -95,11 +97,13 @@ async def overhead(runs: int) -> None:
         totals.append(time.perf_counter() - started)
         own.append(source.spent)
     net = [t - s for t, s in zip(totals, own, strict=True)]
-    print(f"minimal request over 200 in-memory docs ({runs} runs): total median "
-          f"{statistics.median(totals) * 1000:.2f} ms; "
-          f"source {statistics.median(own) * 1000:.2f} ms; "
-          f"orchestration overhead median {statistics.median(net) * 1000:.2f} ms, "
-          f"p95 {percentile(net, 0.95) * 1000:.2f} ms (target <= 5 ms median)")
+    print(
+        f"minimal request over 200 in-memory docs ({runs} runs): total median "
+        f"{statistics.median(totals) * 1000:.2f} ms; "
+        f"source {statistics.median(own) * 1000:.2f} ms; "
+        f"orchestration overhead median {statistics.median(net) * 1000:.2f} ms, "
+        f"p95 {percentile(net, 0.95) * 1000:.2f} ms (target <= 5 ms median)"
+    )
 
 
 def main() -> None:

@@ -42,8 +42,11 @@ def source_sentences() -> list[str]:
         sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split()))]
         return [s for s in sentences if 40 <= len(s) <= 400]
     rng = random.Random(7)
-    words = [f"{a}{b}" for a in ("sol", "lun", "mar", "ter", "aqu", "ign") for b in
-             ("a", "is", "or", "um", "ex", "ia", "on", "ar")]
+    words = [
+        f"{a}{b}"
+        for a in ("sol", "lun", "mar", "ter", "aqu", "ign")
+        for b in ("a", "is", "or", "um", "ex", "ia", "on", "ar")
+    ]
     return [" ".join(rng.choice(words) for _ in range(14)).capitalize() + "." for _ in range(3000)]
 
 
@@ -144,17 +147,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1k and 5k chunks only")
     parser.add_argument("--sizes", type=int, nargs="*", help="chunk counts (overrides defaults)")
-    parser.add_argument("--hybrid-sizes", type=int, nargs="*", default=[1000],
-                        help="sizes also run hybrid when the [local] extra is installed")
+    parser.add_argument(
+        "--hybrid-sizes",
+        type=int,
+        nargs="*",
+        default=[1000],
+        help="sizes also run hybrid when the [local] extra is installed",
+    )
     args = parser.parse_args()
     sizes = args.sizes or ([1000, 5000] if args.quick else [1000, 10_000, 100_000])
     sentences = source_sentences()
-    print(f"# {platform.platform()}, Python {platform.python_version()}, "
-          f"SQLite {__import__('sqlite3').sqlite_version}, text from "
-          f"{'shared earth-book pages' if SHARED_PAGES.is_dir() else 'generator'}")
-    header = ("mode", "chunks", "files", "index_s", "embed_s", "chunks_per_s",
-              "chunks_per_s_no_embed", "reindex_unchanged_s", "p50_ms", "p95_ms",
-              "retrieve_p50_ms", "retrieve_p95_ms", "db_mb")
+    print(
+        f"# {platform.platform()}, Python {platform.python_version()}, "
+        f"SQLite {__import__('sqlite3').sqlite_version}, text from "
+        f"{'shared earth-book pages' if SHARED_PAGES.is_dir() else 'generator'}"
+    )
+    header = (
+        "mode",
+        "chunks",
+        "files",
+        "index_s",
+        "embed_s",
+        "chunks_per_s",
+        "chunks_per_s_no_embed",
+        "reindex_unchanged_s",
+        "p50_ms",
+        "p95_ms",
+        "retrieve_p50_ms",
+        "retrieve_p95_ms",
+        "db_mb",
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     deadline = time.monotonic() + TIME_LIMIT_S
@@ -169,9 +191,15 @@ def main() -> None:
                     print(f"time limit reached before {size} chunks", file=sys.stderr)
                     return
                 row = run(size, Path(tmp), sentences, embeddings)
-                print("| " + " | ".join(
-                    f"{row[k]:.2f}" if isinstance(row[k], float) else str(row[k]) for k in header
-                ) + " |", flush=True)
+                print(
+                    "| "
+                    + " | ".join(
+                        f"{row[k]:.2f}" if isinstance(row[k], float) else str(row[k])
+                        for k in header
+                    )
+                    + " |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -40,18 +40,30 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 NORTHWIND_QUESTIONS: list[tuple[str, str]] = [
     ("How much can employees expense for fitness programs with PerksPlus?", "$1000"),
     ("Are yoga classes reimbursed by the wellness program?", "Yoga and Pilates classes"),
-    ("Which health plan also covers emergency care outside the network?",
-     "emergency services, both in-network and out-of-network"),
-    ("What is the copay for a primary care office visit on Northwind Standard?",
-     "primary care physician may be $20"),
-    ("What does the workplace violence prevention program aim to do?",
-     "preventing violence, threats, and abuse"),
-    ("What safety training and protective equipment does the company provide?",
-     "Personal Protective Equipment"),
-    ("Who gives strategic direction and oversight to Contoso Electronics?",
-     "strategic direction and oversight"),
-    ("Does Northwind Standard cover mental health and substance abuse services?",
-     "does not cover certain services"),
+    (
+        "Which health plan also covers emergency care outside the network?",
+        "emergency services, both in-network and out-of-network",
+    ),
+    (
+        "What is the copay for a primary care office visit on Northwind Standard?",
+        "primary care physician may be $20",
+    ),
+    (
+        "What does the workplace violence prevention program aim to do?",
+        "preventing violence, threats, and abuse",
+    ),
+    (
+        "What safety training and protective equipment does the company provide?",
+        "Personal Protective Equipment",
+    ),
+    (
+        "Who gives strategic direction and oversight to Contoso Electronics?",
+        "strategic direction and oversight",
+    ),
+    (
+        "Does Northwind Standard cover mental health and substance abuse services?",
+        "does not cover certain services",
+    ),
 ]
 
 
@@ -82,20 +94,28 @@ async def measure(kb: KnowledgeBase, cases: list[tuple[str, Callable[[dict], boo
     ranks: list[int | None] = []
     started = time.perf_counter()
     for question, check in cases:
-        response: RetrieveResponse = await kb.aretrieve({
-            "intents": [{"search": question}],
-            "knowledgeSourceParams": [
-                {"knowledgeSourceName": name, "includeReferenceSourceData": True}
-                for name in kb.sources
-            ],
-        })
-        refs = [{"docKey": r.doc_key, "content": (r.source_data or {}).get("content", "")}
-                for r in response.references]
+        response: RetrieveResponse = await kb.aretrieve(
+            {
+                "intents": [{"search": question}],
+                "knowledgeSourceParams": [
+                    {"knowledgeSourceName": name, "includeReferenceSourceData": True}
+                    for name in kb.sources
+                ],
+            }
+        )
+        refs = [
+            {"docKey": r.doc_key, "content": (r.source_data or {}).get("content", "")}
+            for r in response.references
+        ]
         ranks.append(next((i + 1 for i, ref in enumerate(refs) if check(ref)), None))
     per_query = (time.perf_counter() - started) / len(cases) * 1000
     n = len(ranks)
-    return (sum(r == 1 for r in ranks) / n, sum(1 for r in ranks if r and r <= 5) / n,
-            sum(1 / r for r in ranks if r) / n, per_query)
+    return (
+        sum(r == 1 for r in ranks) / n,
+        sum(1 for r in ranks if r and r <= 5) / n,
+        sum(1 / r for r in ranks if r) / n,
+        per_query,
+    )
 
 
 async def main() -> int:
@@ -108,22 +128,29 @@ async def main() -> int:
     rerankers: list[Reranker] = [NoRerank(), LexicalReranker()]
     if model is not None:
         rerankers.append(EmbeddingReranker(model))
-    print(f"{len(EARTH_QUESTIONS)} Earth-book + {len(NORTHWIND_QUESTIONS)} Northwind questions,"
-          " minimal effort, top 10 references\n")
+    print(
+        f"{len(EARTH_QUESTIONS)} Earth-book + {len(NORTHWIND_QUESTIONS)} Northwind questions,"
+        " minimal effort, top 10 references\n"
+    )
     print("| store | reranker | hit@1 | hit@5 | MRR | ms/query |")
     print("| --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory(prefix="bench-quality-") as tmp:
         modes = [("lexical", None)] + ([("hybrid", model)] if model is not None else [])
         for mode, embeddings in modes:
-            source = LocalKnowledgeSource("shared", Path(tmp) / f"{mode}.sqlite",
-                                          embeddings=embeddings)
+            source = LocalKnowledgeSource(
+                "shared", Path(tmp) / f"{mode}.sqlite", embeddings=embeddings
+            )
             source.index([DATA / "earth-book" / "pages", DATA / "northwind"])
             for reranker in rerankers:
-                kb = KnowledgeBase([source], reranker=reranker,
-                                   defaults=Context(reasoning_effort="minimal"))
+                kb = KnowledgeBase(
+                    [source], reranker=reranker, defaults=Context(reasoning_effort="minimal")
+                )
                 hit1, hit5, mrr, ms = await measure(kb, cases)
-                print(f"| {mode} | {reranker.name} | {hit1:.2f} | {hit5:.2f} | {mrr:.3f} "
-                      f"| {ms:.0f} |", flush=True)
+                print(
+                    f"| {mode} | {reranker.name} | {hit1:.2f} | {hit5:.2f} | {mrr:.3f} "
+                    f"| {ms:.0f} |",
+                    flush=True,
+                )
             source.close()
     return 0
 

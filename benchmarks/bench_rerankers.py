@@ -56,8 +56,10 @@ QUESTIONS: list[tuple[str, str]] = [
     ("Where do date palms grow at the edge of the Empty Quarter?", "page-117"),
     ("Which rafting loop in Utah brings you back almost to where you started?", "page-103"),
     ("Which Kuril island lies at the southern limit of winter sea ice?", "page-145"),
-    ("Where do two ocean currents stir up a colourful plankton bloom off South America?",
-     "page-91"),
+    (
+        "Where do two ocean currents stir up a colourful plankton bloom off South America?",
+        "page-91",
+    ),
     ("Which desert in Iran shows folded rock layers to astronauts?", "page-109"),
 ]
 
@@ -108,15 +110,19 @@ async def evaluate(name: str, reranker: Reranker | None, cands: dict[str, list[H
     for question, answer in QUESTIONS:
         hits = cands[question]
         start = time.perf_counter()
-        scores = [h.score for h in hits] if reranker is None else await reranker.ascore(
-            question, hits)
+        scores = (
+            [h.score for h in hits] if reranker is None else await reranker.ascore(question, hits)
+        )
         latencies.append((time.perf_counter() - start) * 1000)
         ranks.append(rank_of(answer, hits, scores))
         if reranker is not None:
             for hit, score in zip(hits, scores, strict=True):
                 (answer_scores if hit.doc_key == answer else other_scores).append(score)
-    MISSES.extend(f"- {name}: rank {r} for {q!r}" for (q, _), r in zip(QUESTIONS, ranks,
-                                                                         strict=True) if r != 1)
+    MISSES.extend(
+        f"- {name}: rank {r} for {q!r}"
+        for (q, _), r in zip(QUESTIONS, ranks, strict=True)
+        if r != 1
+    )
     n = len(QUESTIONS)
     hit1 = sum(1 for r in ranks if r == 1) / n
     hit5 = sum(1 for r in ranks if r is not None and r <= 5) / n
@@ -126,10 +132,11 @@ async def evaluate(name: str, reranker: Reranker | None, cands: dict[str, list[H
     scale = "n/a"
     if answer_scores:
         share = sum(1 for s in other_scores if s >= 2.0) / len(other_scores)
-        scale = (f"{statistics.median(answer_scores):.2f} / {statistics.median(other_scores):.2f}"
-                 f" / {share:.0%}")
-    return (f"| {name} | {hit1:.2f} | {hit5:.2f} | {mrr:.3f} | {lat:.1f} | {p95:.1f} "
-            f"| {scale} |")
+        scale = (
+            f"{statistics.median(answer_scores):.2f} / {statistics.median(other_scores):.2f}"
+            f" / {share:.0%}"
+        )
+    return f"| {name} | {hit1:.2f} | {hit5:.2f} | {mrr:.3f} | {lat:.1f} | {p95:.1f} | {scale} |"
 
 
 async def calibration(reranker: EmbeddingReranker, cands: dict[str, list[Hit]]) -> str:
@@ -145,8 +152,10 @@ async def calibration(reranker: EmbeddingReranker, cands: dict[str, list[Hit]]) 
 
     rows = ["| candidates | n | p10 | median | p90 |", "| --- | --- | --- | --- | --- |"]
     for label, values in (("answering page", answer), ("other BM25 top-30", other)):
-        rows.append(f"| {label} | {len(values)} | {pct(values, 0.1):.3f} "
-                    f"| {statistics.median(values):.3f} | {pct(values, 0.9):.3f} |")
+        rows.append(
+            f"| {label} | {len(values)} | {pct(values, 0.1):.3f} "
+            f"| {statistics.median(values):.3f} | {pct(values, 0.9):.3f} |"
+        )
     return "\n".join(rows)
 
 
@@ -163,8 +172,10 @@ async def main() -> int:
     cands = bm25_candidates(pages)
     recall = sum(1 for q, a in QUESTIONS if any(h.doc_key == a for h in cands[q])) / len(QUESTIONS)
     print(f"{len(pages)} pages, {len(QUESTIONS)} questions, BM25 recall@{TOP_K} = {recall:.2f}\n")
-    print("| reranker | hit@1 | hit@5 | MRR | median ms/query | p95 ms/query "
-          "| median score answer / other / others ≥ 2.0 |")
+    print(
+        "| reranker | hit@1 | hit@5 | MRR | median ms/query | p95 ms/query "
+        "| median score answer / other / others ≥ 2.0 |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     print(await evaluate("BM25 order (no rerank)", None, cands))
     print(await evaluate("lexical coverage", LexicalReranker(), cands))

@@ -38,18 +38,22 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         kb = open_knowledge_base(real_docs_kb_dir(Path(tmp)))
-        chunks = sum(s.store.count_chunks() if hasattr(s, "store") else 0
-                     for s in kb.sources.values())
-        bodies = [{"intents": [{"search": QUESTIONS[i % len(QUESTIONS)]}],
-                   "retrievalReasoningEffort": {"kind": "minimal"}}
-                  for i in range(args.requests)]
+        chunks = sum(
+            s.store.count_chunks() if hasattr(s, "store") else 0 for s in kb.sources.values()
+        )
+        bodies = [
+            {
+                "intents": [{"search": QUESTIONS[i % len(QUESTIONS)]}],
+                "retrievalReasoningEffort": {"kind": "minimal"},
+            }
+            for i in range(args.requests)
+        ]
         app = create_app(kb, settings=ServerSettings(api_keys=["k"], read_env_keys=False))
         with running_server(app) as base:
             url = f"{base}/knowledgebases/{kb.name}/retrieve?api-version=2026-04-01"
             asyncio.run(load(url, bodies[:20], clients=4, headers={"api-key": "k"}))  # warm-up
             started = time.perf_counter()
-            results = asyncio.run(load(url, bodies, clients=args.clients,
-                                       headers={"api-key": "k"}))
+            results = asyncio.run(load(url, bodies, clients=args.clients, headers={"api-key": "k"}))
             wall = time.perf_counter() - started
     latencies = [seconds * 1000 for _, _, seconds in results]
     statuses = statistics.multimode(status for status, _, _ in results)
@@ -58,9 +62,11 @@ def main() -> None:
     print(f"{len(results)} requests, {args.clients} concurrent clients, minimal effort")
     print(f"status: {statuses}, 5xx: {errors}")
     print(f"throughput: {len(results) / wall:.1f} req/s  (wall {wall:.2f} s)")
-    print(f"latency ms: p50 {percentile(latencies, 0.50):.1f}  "
-          f"p95 {percentile(latencies, 0.95):.1f}  p99 {percentile(latencies, 0.99):.1f}  "
-          f"max {max(latencies):.1f}")
+    print(
+        f"latency ms: p50 {percentile(latencies, 0.50):.1f}  "
+        f"p95 {percentile(latencies, 0.95):.1f}  p99 {percentile(latencies, 0.99):.1f}  "
+        f"max {max(latencies):.1f}"
+    )
 
 
 if __name__ == "__main__":

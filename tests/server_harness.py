@@ -15,18 +15,33 @@ from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase, SearchQuer
 from agentic_retrieval.sources.base import Hit
 
 FARES = [
-    {"key": "fare-single", "title": "Single fares",
-     "content": "A single tram fare in zone A costs 2.60 dollars; children pay 1 dollar."},
-    {"key": "fare-pass", "title": "Harbor Pass",
-     "content": "The monthly Harbor Pass costs 78 dollars; students pay half, 39 dollars."},
-    {"key": "fare-bike", "title": "Bike fares",
-     "content": "Harborbike rides cost 1 dollar to unlock plus 15 cents per minute."},
+    {
+        "key": "fare-single",
+        "title": "Single fares",
+        "content": "A single tram fare in zone A costs 2.60 dollars; children pay 1 dollar.",
+    },
+    {
+        "key": "fare-pass",
+        "title": "Harbor Pass",
+        "content": "The monthly Harbor Pass costs 78 dollars; students pay half, 39 dollars.",
+    },
+    {
+        "key": "fare-bike",
+        "title": "Bike fares",
+        "content": "Harborbike rides cost 1 dollar to unlock plus 15 cents per minute.",
+    },
 ]
 HOURS = [
-    {"key": "hours-sunday", "title": "Sunday service",
-     "content": "On Sunday the last Hillcrest Line tram leaves at 23:00."},
-    {"key": "hours-night", "title": "Night tram",
-     "content": "The night tram runs every 30 minutes from midnight to 5 am."},
+    {
+        "key": "hours-sunday",
+        "title": "Sunday service",
+        "content": "On Sunday the last Hillcrest Line tram leaves at 23:00.",
+    },
+    {
+        "key": "hours-night",
+        "title": "Night tram",
+        "content": "The night tram runs every 30 minutes from midnight to 5 am.",
+    },
 ]
 
 
@@ -67,14 +82,18 @@ def transit_kb(*extra: Any, name: str = "transit", chat_model: Any = None) -> Kn
         InMemoryKnowledgeSource("hours", HOURS, description="Service hours."),
         *extra,
     ]
-    return KnowledgeBase(sources, name=name, description="Harborline test KB",
-                         chat_model=chat_model)
+    return KnowledgeBase(
+        sources, name=name, description="Harborline test KB", chat_model=chat_model
+    )
 
 
 def intents_body(text: str, **extra: Any) -> dict[str, Any]:
     """A minimal-effort request with one intent."""
-    return {"intents": [{"type": "semantic", "search": text}],
-            "retrievalReasoningEffort": {"kind": "minimal"}, **extra}
+    return {
+        "intents": [{"type": "semantic", "search": text}],
+        "retrievalReasoningEffort": {"kind": "minimal"},
+        **extra,
+    }
 
 
 def free_port() -> int:
@@ -84,14 +103,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(app: Any, *, ssl: dict[str, str] | None = None,
-                   startup_timeout: float = 15.0) -> Iterator[str]:
+def running_server(
+    app: Any, *, ssl: dict[str, str] | None = None, startup_timeout: float = 15.0
+) -> Iterator[str]:
     """Run ``app`` with uvicorn in a thread; yield its base URL; stop it afterwards."""
     import uvicorn
 
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on", **(ssl or {}))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **(ssl or {})
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -129,9 +150,14 @@ def real_docs_kb_dir(root: Path) -> Path:
     return directory.path
 
 
-async def load(url: str, bodies: list[dict[str, Any]], *, clients: int,
-               headers: dict[str, str] | None = None,
-               timeout: float = 30.0) -> list[tuple[int, dict[str, Any], float]]:
+async def load(
+    url: str,
+    bodies: list[dict[str, Any]],
+    *,
+    clients: int,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> list[tuple[int, dict[str, Any], float]]:
     """Send every body from ``clients`` concurrent clients; return (status, json, seconds)."""
     import httpx
 
@@ -146,8 +172,9 @@ async def load(url: str, bodies: list[dict[str, Any]], *, clients: int,
                 body = queue.get_nowait()
                 started = time.perf_counter()
                 response = await http.post(url, json=body)
-                results.append((response.status_code, response.json(),
-                                time.perf_counter() - started))
+                results.append(
+                    (response.status_code, response.json(), time.perf_counter() - started)
+                )
 
     await asyncio.gather(*(worker() for _ in range(clients)))
     return results

@@ -17,13 +17,18 @@ def test_notebook_executes(path: Path, monkeypatch):
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=120, kernel_name="python3",
+        notebook,
+        timeout=120,
+        kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()
     errors = [
-        output for cell in notebook.cells if cell.cell_type == "code"
-        for output in cell.get("outputs", []) if output.get("output_type") == "error"
+        output
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "error"
     ]
     assert not errors
 

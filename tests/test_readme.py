@@ -13,7 +13,8 @@ FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 def blocks(language: str) -> list[str]:
     return [
-        body for lang, info, body in FENCE.findall(README.read_text())
+        body
+        for lang, info, body in FENCE.findall(README.read_text())
         if lang == language and "notest" not in info
     ]
 
@@ -22,7 +23,8 @@ def test_quickstart_is_exactly_make_demo_and_make_test():
     quickstart = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     commands = [
         line.split("#", 1)[0].strip()
-        for body in FENCE.findall(quickstart) for line in body[2].splitlines()
+        for body in FENCE.findall(quickstart)
+        for line in body[2].splitlines()
         if line.strip()
     ]
     assert commands == ["make demo", "make test"]
@@ -54,7 +56,9 @@ def test_readme_mentions_the_public_api(snippet):
 
 def cli_lines() -> list[str]:
     return [
-        line.strip() for body in blocks("bash") for line in body.splitlines()
+        line.strip()
+        for body in blocks("bash")
+        for line in body.splitlines()
         if line.strip().startswith("agentic-retrieval ")
     ]
 

@@ -23,8 +23,16 @@ from agentic_retrieval.state import (
     Subquery,
 )
 
-STATE_TYPES = (Subquery, SearchTask, Hit, RetrievedHit, RankedHit, KeyPoint, Evidence,
-               ActivityEntry)
+STATE_TYPES = (
+    Subquery,
+    SearchTask,
+    Hit,
+    RetrievedHit,
+    RankedHit,
+    KeyPoint,
+    Evidence,
+    ActivityEntry,
+)
 """Every non-builtin type the graph writes into its state (and its Send payloads)."""
 
 

@@ -132,8 +132,7 @@ class Context:
             )
         if self.output_mode not in ("extractiveData", "answerSynthesis"):
             raise ValueError(
-                "output_mode must be extractiveData or answerSynthesis, "
-                f"not {self.output_mode!r}"
+                f"output_mode must be extractiveData or answerSynthesis, not {self.output_mode!r}"
             )
         if self.reasoning_effort == "minimal" and self.output_mode == "answerSynthesis":
             raise ValueError(
@@ -148,8 +147,14 @@ class Context:
         return cls(**{k: v for k, v in (values or {}).items() if k in names})
 
 
-_INTEGER_FIELDS = ("max_subqueries", "max_iterations", "search_top", "max_docs_for_reranker",
-                   "top_n", "max_output_size")
+_INTEGER_FIELDS = (
+    "max_subqueries",
+    "max_iterations",
+    "search_top",
+    "max_docs_for_reranker",
+    "top_n",
+    "max_output_size",
+)
 _NUMBER_FIELDS = ("max_runtime_seconds", "source_timeout_seconds")
 _OPTIONAL_TEXT_FIELDS = ("chat_model", "planning_model", "evidence_model", "answer_model")
 _PROMPT_PLACEHOLDERS: dict[str, dict[str, Any]] = {

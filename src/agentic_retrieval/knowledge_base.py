@@ -121,8 +121,11 @@ class KnowledgeBase:
             overrides["max_output_size"] = request.max_output_size
         if request.max_output_size_in_tokens:
             overrides["max_output_tokens"] = request.max_output_size_in_tokens
-        limits = [p.max_docs_for_reranker for p in request.knowledge_source_params or []
-                  if p.max_docs_for_reranker]
+        limits = [
+            p.max_docs_for_reranker
+            for p in request.knowledge_source_params or []
+            if p.max_docs_for_reranker
+        ]
         if limits:
             overrides["max_docs_for_reranker"] = max(limits)
         try:
@@ -153,9 +156,11 @@ class KnowledgeBase:
                         f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"
                     ) from exc
         needs_planner = context.reasoning_effort != "minimal" and not request.intents
-        roles = (["planning"] if needs_planner else []) + (
-            ["evidence"] if needs_planner and context.reasoning_effort == "medium" else []
-        ) + (["answer"] if context.output_mode == "answerSynthesis" else [])
+        roles = (
+            (["planning"] if needs_planner else [])
+            + (["evidence"] if needs_planner and context.reasoning_effort == "medium" else [])
+            + (["answer"] if context.output_mode == "answerSynthesis" else [])
+        )
         for role in roles:
             try:
                 self.bindings.models.resolve(role, context)  # builds it: surfaces bad config

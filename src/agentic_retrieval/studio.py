@@ -52,16 +52,19 @@ def _in_memory_sample_sources() -> list[InMemoryKnowledgeSource]:
     for entry in entries:
         files = sorted((corpus / entry["folder"]).glob("*.md"))
         documents = [_document(path, entry["folder"]) for path in files]
-        sources.append(InMemoryKnowledgeSource(
-            entry["name"], documents, description=entry["description"], kind="local"
-        ))
+        sources.append(
+            InMemoryKnowledgeSource(
+                entry["name"], documents, description=entry["description"], kind="local"
+            )
+        )
     return sources
 
 
 def _document(path: Path, folder: str) -> dict[str, str]:
     text = path.read_text(encoding="utf-8")
-    title = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")),
-                 path.stem)
+    title = next(
+        (line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("#")), path.stem
+    )
     return {"key": f"{folder}-{path.stem}", "title": title, "content": text}
 
 

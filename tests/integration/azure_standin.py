@@ -126,9 +126,7 @@ def index_definition(
             "configurations": [
                 {
                     "name": semantic_configuration,
-                    "prioritizedFields": {
-                        "prioritizedContentFields": [{"fieldName": "content"}]
-                    },
+                    "prioritizedFields": {"prioritizedContentFields": [{"fieldName": "content"}]},
                 }
             ]
         }
@@ -250,13 +248,14 @@ class AzureSearchStandIn:
         auth = self._auth_kind(handler)
         path = unquote(url.path)
         with self._lock:
-            self.requests.append(
-                RecordedRequest(method, path, parse_qs(url.query), body, auth)
-            )
+            self.requests.append(RecordedRequest(method, path, parse_qs(url.query), body, auth))
             failure = self._failures.popleft() if self._failures else None
         if failure is not None:
             self._send_error(
-                handler, failure.status, failure.code, failure.message or "injected failure",
+                handler,
+                failure.status,
+                failure.code,
+                failure.message or "injected failure",
                 failure.headers,
             )
             return
@@ -328,21 +327,28 @@ class AzureSearchStandIn:
         selected = select.split(",") if select else sorted(index.field_names)
         unknown = [f for f in selected if f not in index.field_names]
         if unknown:
-            return 400, {"code": "InvalidRequestParameter",
-                         "message": f"Invalid expression: Could not find a property named "
-                                    f"'{unknown[0]}'"}
+            return 400, {
+                "code": "InvalidRequestParameter",
+                "message": f"Invalid expression: Could not find a property named '{unknown[0]}'",
+            }
         for vector_query in body.get("vectorQueries") or []:
             if vector_query.get("kind") != "text":
-                return 400, {"code": "InvalidRequestParameter",
-                             "message": "only text vector queries are supported"}
+                return 400, {
+                    "code": "InvalidRequestParameter",
+                    "message": "only text vector queries are supported",
+                }
             for name in (vector_query.get("fields") or "").split(","):
                 if name not in index.field_names:
-                    return 400, {"code": "InvalidRequestParameter",
-                                 "message": f"Unknown vector field '{name}'"}
+                    return 400, {
+                        "code": "InvalidRequestParameter",
+                        "message": f"Unknown vector field '{name}'",
+                    }
         semantic = body.get("queryType") == "semantic"
         if semantic and body.get("semanticConfiguration") not in index.semantic_configurations:
-            return 400, {"code": "InvalidRequestParameter",
-                         "message": "Unknown semantic configuration"}
+            return 400, {
+                "code": "InvalidRequestParameter",
+                "message": "Unknown semantic configuration",
+            }
         try:
             predicate = parse_filter(body["filter"]) if body.get("filter") else None
         except ODataError as exc:

@@ -60,17 +60,25 @@ class OpenAIStandIn:
         content = planned if isinstance(planned, str) else json.dumps(planned)
         message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
         if tools and name and not fmt:
-            message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": name, "arguments": content},
-            }]}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": name, "arguments": content},
+                    }
+                ],
+            }
         return 200, {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "stand-in"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop",
-                         "logprobs": None}],
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+            ],
             "usage": self.usage,
         }
 

@@ -30,8 +30,10 @@ from agentic_retrieval.testing import Script, ScriptedChatModel
 
 pytestmark = pytest.mark.integration
 KEY = "sdk-test-key"
-PLAN = {"needs_retrieval": True,
-        "queries": [{"query": "last Hillcrest tram Sunday", "knowledge_sources": ["hours"]}]}
+PLAN = {
+    "needs_retrieval": True,
+    "queries": [{"query": "last Hillcrest tram Sunday", "knowledge_sources": ["hours"]}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +55,17 @@ def intents_request(text: str) -> KnowledgeBaseRetrievalRequest:
 
 
 def messages_body(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
-            "retrievalReasoningEffort": {"kind": "low"}, "includeActivity": True}
+    return {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+        "retrievalReasoningEffort": {"kind": "low"},
+        "includeActivity": True,
+    }
 
 
 def test_sync_client_retrieves_with_intents(endpoint):
-    with KnowledgeBaseRetrievalClient(endpoint, AzureKeyCredential(KEY),
-                                      knowledge_base_name="transit") as client:
+    with KnowledgeBaseRetrievalClient(
+        endpoint, AzureKeyCredential(KEY), knowledge_base_name="transit"
+    ) as client:
         result = client.retrieve(intents_request("student harbor pass price"))
     assert [ref.doc_key for ref in result.references] == ["fare-pass"]
     assert result.references[0].reranker_score > 0
@@ -69,8 +75,9 @@ def test_sync_client_retrieves_with_intents(endpoint):
 
 
 def test_sync_client_retrieves_with_messages_as_a_raw_body(endpoint):
-    with KnowledgeBaseRetrievalClient(endpoint, AzureKeyCredential(KEY),
-                                      knowledge_base_name="transit") as client:
+    with KnowledgeBaseRetrievalClient(
+        endpoint, AzureKeyCredential(KEY), knowledge_base_name="transit"
+    ) as client:
         result = client.retrieve(messages_body("When does the last tram leave on Sunday?"))
     assert result.references[0].doc_key == "hours-sunday"
     assert result.activity[0].type == "modelQueryPlanning"
@@ -78,25 +85,29 @@ def test_sync_client_retrieves_with_messages_as_a_raw_body(endpoint):
 
 
 def test_sync_client_gets_partial_results_when_a_source_fails(endpoint):
-    with KnowledgeBaseRetrievalClient(endpoint, AzureKeyCredential(KEY),
-                                      knowledge_base_name="partial") as client:
+    with KnowledgeBaseRetrievalClient(
+        endpoint, AzureKeyCredential(KEY), knowledge_base_name="partial"
+    ) as client:
         result = client.retrieve(intents_request("night tram"))
     assert result.references[0].doc_key == "hours-night"
     failed = [r for r in result.activity if r.error is not None]
     assert [(r["knowledgeSourceName"], r.error.code) for r in failed] == [
-        ("broken", "ServiceUnavailable")]
+        ("broken", "ServiceUnavailable")
+    ]
 
 
 def test_wrong_key_raises_the_sdk_auth_error(endpoint):
-    with KnowledgeBaseRetrievalClient(endpoint, AzureKeyCredential("wrong"),
-                                      knowledge_base_name="transit") as client:
+    with KnowledgeBaseRetrievalClient(
+        endpoint, AzureKeyCredential("wrong"), knowledge_base_name="transit"
+    ) as client:
         with pytest.raises(ClientAuthenticationError):
             client.retrieve(intents_request("fares"))
 
 
 def test_unknown_kb_raises_the_sdk_not_found_error(endpoint):
-    with KnowledgeBaseRetrievalClient(endpoint, AzureKeyCredential(KEY),
-                                      knowledge_base_name="no-such-kb") as client:
+    with KnowledgeBaseRetrievalClient(
+        endpoint, AzureKeyCredential(KEY), knowledge_base_name="no-such-kb"
+    ) as client:
         with pytest.raises(ResourceNotFoundError) as caught:
             client.retrieve(intents_request("fares"))
     assert caught.value.error.code == "KnowledgeBaseNotFound"

@@ -36,15 +36,34 @@ pytestmark = pytest.mark.integration
 KEY = "standin-admin-key"
 
 DOCUMENTS = [
-    {"id": "river-1", "title": "Rivers", "content": "The river floods the delta every spring.",
-     "category": "earth", "year": 2021},
-    {"id": "river-2", "title": "Old rivers", "content": "An old river map of the delta.",
-     "category": "earth", "year": 1999},
-    {"id": "ice-1", "title": "Glaciers",
-     "content": "Glaciers carve valleys; meltwater feeds a river.",
-     "category": "ice", "year": 2015},
-    {"id": "storm-1", "title": "Storms", "content": "Hurricanes form over warm ocean water.",
-     "category": "atmosphere", "year": 2020},
+    {
+        "id": "river-1",
+        "title": "Rivers",
+        "content": "The river floods the delta every spring.",
+        "category": "earth",
+        "year": 2021,
+    },
+    {
+        "id": "river-2",
+        "title": "Old rivers",
+        "content": "An old river map of the delta.",
+        "category": "earth",
+        "year": 1999,
+    },
+    {
+        "id": "ice-1",
+        "title": "Glaciers",
+        "content": "Glaciers carve valleys; meltwater feeds a river.",
+        "category": "ice",
+        "year": 2015,
+    },
+    {
+        "id": "storm-1",
+        "title": "Storms",
+        "content": "Hurricanes form over warm ocean water.",
+        "category": "atmosphere",
+        "year": 2020,
+    },
 ]
 
 
@@ -134,7 +153,9 @@ async def test_text_only_query_omits_semantic_and_vector_parts(standin: AzureSea
 
     [request] = standin.search_requests()
     assert request.body == {
-        "search": "river delta", "select": "id,title,content,category,year", "top": 2
+        "search": "river delta",
+        "select": "id,title,content,category,year",
+        "top": 2,
     }
     assert [h.doc_key for h in hits] == ["river-1", "river-2"]
     assert all(h.reranker_score is None for h in hits)
@@ -156,23 +177,40 @@ async def test_field_mapping_reads_an_index_with_its_own_field_names():
     with AzureSearchStandIn(KEY) as server:
         server.add_index(
             index_definition(
-                "legacy", key="chunk_id", text_fields=("heading", "body"),
+                "legacy",
+                key="chunk_id",
+                text_fields=("heading", "body"),
                 filterable={"path": "Edm.String"},
             ),
-            [{"chunk_id": "c-7", "heading": "Benefits", "body": "Dental plan covers cleanings.",
-              "path": "/hr/benefits.pdf"}],
+            [
+                {
+                    "chunk_id": "c-7",
+                    "heading": "Benefits",
+                    "body": "Dental plan covers cleanings.",
+                    "path": "/hr/benefits.pdf",
+                }
+            ],
         )
         source = AzureSearchKnowledgeSource(
-            "hr", endpoint=server.endpoint, index_name="legacy", credential=KEY,
-            key_field="chunk_id", title_field="heading", content_field="body",
-            metadata_fields=("path",), validate=True,
+            "hr",
+            endpoint=server.endpoint,
+            index_name="legacy",
+            credential=KEY,
+            key_field="chunk_id",
+            title_field="heading",
+            content_field="body",
+            metadata_fields=("path",),
+            validate=True,
         )
 
         [hit] = await source.search(SearchQuery(text="dental"))
 
         assert server.search_requests()[0].body["select"] == "chunk_id,heading,body,path"
         assert (hit.doc_key, hit.title, hit.content, hit.metadata) == (
-            "c-7", "Benefits", "Dental plan covers cleanings.", {"path": "/hr/benefits.pdf"}
+            "c-7",
+            "Benefits",
+            "Dental plan covers cleanings.",
+            {"path": "/hr/benefits.pdf"},
         )
 
 
@@ -351,11 +389,16 @@ async def test_token_credential_over_https(tmp_path: Path):
     context.load_cert_chain(cert_path, key_path)
     credential = StaticTokenCredential("entra-token")
     with AzureSearchStandIn(KEY, bearer_token="entra-token", ssl_context=context) as server:
-        server.add_index(index_definition("earth", filterable={"category": "Edm.String"}),
-                         DOCUMENTS)
+        server.add_index(
+            index_definition("earth", filterable={"category": "Edm.String"}), DOCUMENTS
+        )
         source = AzureSearchKnowledgeSource(
-            "earth-index", endpoint=server.endpoint, index_name="earth", credential=credential,
-            metadata_fields=("category",), client_kwargs={"connection_verify": str(cert_path)},
+            "earth-index",
+            endpoint=server.endpoint,
+            index_name="earth",
+            credential=credential,
+            metadata_fields=("category",),
+            client_kwargs={"connection_verify": str(cert_path)},
         )
 
         hits = await source.search(SearchQuery(text="hurricanes"))
@@ -381,23 +424,39 @@ async def test_indexing_helper_creates_index_uploads_chunks_and_the_source_finds
         ),
     )
     chunks = [
-        {"id": "handbook.pdf#p1-c0", "title": "Handbook", "content": "Vacation requests go to HR.",
-         "metadata": {"category": "hr", "page": 1, "not_in_index": "dropped"}},
-        {"id": "plan-a", "title": "Plan A", "content": "Plan A covers dental and vision.",
-         "metadata": {"category": "benefits", "page": 4}},
+        {
+            "id": "handbook.pdf#p1-c0",
+            "title": "Handbook",
+            "content": "Vacation requests go to HR.",
+            "metadata": {"category": "hr", "page": 1, "not_in_index": "dropped"},
+        },
+        {
+            "id": "plan-a",
+            "title": "Plan A",
+            "content": "Plan A covers dental and vision.",
+            "metadata": {"category": "benefits", "page": 4},
+        },
     ]
     with AzureSearchStandIn(KEY) as server:
         index = build_index(
-            "chunks", metadata_fields={"category": "Edm.String", "page": "Edm.Int32"},
-            semantic_configuration="default", vector_field="vector", vector_dimensions=2,
+            "chunks",
+            metadata_fields={"category": "Edm.String", "page": "Edm.Int32"},
+            semantic_configuration="default",
+            vector_field="vector",
+            vector_dimensions=2,
             vectorizer=vectorizer,
         )
         assert ensure_index(server.endpoint, KEY, index) is True
         assert ensure_index(server.endpoint, KEY, index) is False
 
         report = upload_chunks(
-            server.endpoint, "chunks", KEY, chunks, metadata_fields=("category", "page"),
-            vector_field="vector", embed=lambda texts: [[float(len(t)), 1.0] for t in texts],
+            server.endpoint,
+            "chunks",
+            KEY,
+            chunks,
+            metadata_fields=("category", "page"),
+            vector_field="vector",
+            embed=lambda texts: [[float(len(t)), 1.0] for t in texts],
         )
 
         encoded = document_key("handbook.pdf#p1-c0")
@@ -406,14 +465,23 @@ async def test_indexing_helper_creates_index_uploads_chunks_and_the_source_finds
         assert definition["semantic"]["configurations"][0]["name"] == "default"
         assert definition["vectorSearch"]["profiles"][0]["vectorizer"] == "embedder"
         assert server.indexes["chunks"].documents[encoded] == {
-            "id": encoded, "title": "Handbook", "content": "Vacation requests go to HR.",
-            "category": "hr", "page": 1, "vector": [27.0, 1.0],
+            "id": encoded,
+            "title": "Handbook",
+            "content": "Vacation requests go to HR.",
+            "category": "hr",
+            "page": 1,
+            "vector": [27.0, 1.0],
         }
 
         source = AzureSearchKnowledgeSource(
-            "hr", endpoint=server.endpoint, index_name="chunks", credential=KEY,
-            semantic_configuration="default", vector_fields=("vector",),
-            metadata_fields=("category", "page"), validate=True,
+            "hr",
+            endpoint=server.endpoint,
+            index_name="chunks",
+            credential=KEY,
+            semantic_configuration="default",
+            vector_fields=("vector",),
+            metadata_fields=("category", "page"),
+            validate=True,
         )
         hits = await source.search(SearchQuery(text="dental plan", filter="page ge 2"))
         assert [(h.doc_key, h.reranker_score) for h in hits] == [("plan-a", 4.0)]
@@ -453,6 +521,8 @@ def test_standin_also_serves_the_older_search_url(standin: AzureSearchStandIn):
 def test_a_missing_index_is_a_configuration_error_by_default(standin: AzureSearchStandIn):
     with pytest.raises(AzureSourceConfigurationError):
         AzureSearchKnowledgeSource(
-            "missing", endpoint=standin.endpoint, index_name="no-such-index",
+            "missing",
+            endpoint=standin.endpoint,
+            index_name="no-such-index",
             credential=AzureKeyCredential(KEY),
         )

@@ -25,6 +25,7 @@ pytestmark = [
     pytest.mark.skipif(not PAGES.is_dir(), reason="../shared/data is absent"),
 ]
 
+
 def load_pages() -> list[Document]:
     """One document per page: title and region from its first two lines, page from its name."""
     documents = []
@@ -117,8 +118,9 @@ async def test_equality_filter_keeps_one_region(source):
 
 async def test_search_in_filter(source):
     hits = await source.search(
-        SearchQuery(text="red lake flamingos salt", filter="search.in(region, 'Namibia,Tanzania')",
-                    top=3)
+        SearchQuery(
+            text="red lake flamingos salt", filter="search.in(region, 'Namibia,Tanzania')", top=3
+        )
     )
 
     assert [h.doc_key for h in hits] == ["page-89", "page-131", "page-121"]

@@ -19,18 +19,37 @@ pytestmark = [
 
 # (question, chunk id of the answering passage, a phrase of the answer, page or None)
 QUESTIONS = [
-    ("How much can employees expense under PerksPlus for fitness programs?",
-     "data-northwind-perksplus-pdf-2", "expense up to $1000", 3),
-    ("What is the calendar year deductible of the Northwind Standard plan?",
-     "data-northwind-northwind-standard-benefits-details-pdf-30",
-     "calendar year deductible of $2,000", 13),
-    ("How can an employee report a whistleblower incident anonymously?",
-     "data-northwind-employee-handbook-pdf-15", "Compliance Hotline", 9),
-    ("What are the responsibilities of the Chief Executive Officer?",
-     "data-northwind-role-library-pdf-2", "strategic direction and oversight", 3),
-    ("Which satellite captured the false-color image of volcanic plumes over the South "
-     "Sandwich Islands?", "data-earth-book-pages-page-13-txt-0",
-     "The Aqua satellite captured this false-color image", None),
+    (
+        "How much can employees expense under PerksPlus for fitness programs?",
+        "data-northwind-perksplus-pdf-2",
+        "expense up to $1000",
+        3,
+    ),
+    (
+        "What is the calendar year deductible of the Northwind Standard plan?",
+        "data-northwind-northwind-standard-benefits-details-pdf-30",
+        "calendar year deductible of $2,000",
+        13,
+    ),
+    (
+        "How can an employee report a whistleblower incident anonymously?",
+        "data-northwind-employee-handbook-pdf-15",
+        "Compliance Hotline",
+        9,
+    ),
+    (
+        "What are the responsibilities of the Chief Executive Officer?",
+        "data-northwind-role-library-pdf-2",
+        "strategic direction and oversight",
+        3,
+    ),
+    (
+        "Which satellite captured the false-color image of volcanic plumes over the South "
+        "Sandwich Islands?",
+        "data-earth-book-pages-page-13-txt-0",
+        "The Aqua satellite captured this false-color image",
+        None,
+    ),
 ]
 
 
@@ -55,7 +74,10 @@ def test_every_shared_file_is_indexed(lexical: tuple[LocalKnowledgeSource, Index
 @pytest.mark.parametrize(("question", "chunk_id", "phrase", "page"), QUESTIONS)
 async def test_answer_passage_in_top_5_lexical(
     lexical: tuple[LocalKnowledgeSource, IndexReport],
-    question: str, chunk_id: str, phrase: str, page: int | None,
+    question: str,
+    chunk_id: str,
+    phrase: str,
+    page: int | None,
 ) -> None:
     source, _ = lexical
     hits = await source.search(SearchQuery(text=question, top=5))
@@ -67,8 +89,9 @@ async def test_answer_passage_in_top_5_lexical(
 
 async def test_filters_on_real_metadata(lexical: tuple[LocalKnowledgeSource, IndexReport]) -> None:
     source, _ = lexical
-    query = SearchQuery(text="cloud streets satellite", top=10,
-                        filter="file_name eq 'page-11.pdf' or page gt 100")
+    query = SearchQuery(
+        text="cloud streets satellite", top=10, filter="file_name eq 'page-11.pdf' or page gt 100"
+    )
     hits = await source.search(query)
     assert hits and hits[0].doc_key == "data-earth-book-pdf-page-11-pdf-0"
     assert all(h.metadata["file_name"] == "page-11.pdf" or h.metadata["page"] > 100 for h in hits)
@@ -78,7 +101,11 @@ async def test_filters_on_real_metadata(lexical: tuple[LocalKnowledgeSource, Ind
 @pytest.mark.skipif(not local_embeddings_available(), reason="the [local] extra is not installed")
 @pytest.mark.parametrize(("question", "chunk_id", "phrase", "page"), QUESTIONS)
 async def test_answer_passage_in_top_5_hybrid(
-    hybrid: LocalKnowledgeSource, question: str, chunk_id: str, phrase: str, page: int | None,
+    hybrid: LocalKnowledgeSource,
+    question: str,
+    chunk_id: str,
+    phrase: str,
+    page: int | None,
 ) -> None:
     hits = await hybrid.search(SearchQuery(text=question, top=5))
     assert chunk_id in [h.doc_key for h in hits]

@@ -41,10 +41,10 @@ async def test_lists_the_tool_and_retrieves(base_url):
         tools = await client.list_tools()
         assert [tool.name for tool in tools.tools] == ["knowledge_base_retrieve"]
         schema = tools.tools[0].input_schema
-        assert {"query", "messages", "effort", "output_mode", "filter"} <= set(
-            schema["properties"])
-        result = await client.call_tool("knowledge_base_retrieve",
-                                        {"query": "student harbor pass", "effort": "minimal"})
+        assert {"query", "messages", "effort", "output_mode", "filter"} <= set(schema["properties"])
+        result = await client.call_tool(
+            "knowledge_base_retrieve", {"query": "student harbor pass", "effort": "minimal"}
+        )
     assert not result.is_error
     data = result.structured_content
     assert [ref["docKey"] for ref in data["references"]] == ["fare-pass"]
@@ -54,9 +54,11 @@ async def test_lists_the_tool_and_retrieves(base_url):
 
 async def test_conversation_input_and_default_effort_without_a_model(base_url, monkeypatch):
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
-    messages = [{"role": "user", "content": "Tell me about fares"},
-                {"role": "assistant", "content": "What would you like to know?"},
-                {"role": "user", "content": "When does the last tram leave on Sunday?"}]
+    messages = [
+        {"role": "user", "content": "Tell me about fares"},
+        {"role": "assistant", "content": "What would you like to know?"},
+        {"role": "user", "content": "When does the last tram leave on Sunday?"},
+    ]
     async with connect(f"{base_url}/knowledgebases/partial/mcp", KEY) as client:
         result = await client.call_tool("knowledge_base_retrieve", {"messages": messages})
     assert not result.is_error
@@ -68,8 +70,9 @@ async def test_conversation_input_and_default_effort_without_a_model(base_url, m
 async def test_tool_errors_are_reported_not_crashes(base_url):
     async with connect(f"{base_url}/knowledgebases/transit/mcp", KEY) as client:
         bad_filter = await client.call_tool(
-            "knowledge_base_retrieve", {"query": "fares", "effort": "minimal",
-                                        "filter": "title eq 'unterminated"})
+            "knowledge_base_retrieve",
+            {"query": "fares", "effort": "minimal", "filter": "title eq 'unterminated"},
+        )
         nothing = await client.call_tool("knowledge_base_retrieve", {"effort": "minimal"})
     assert bad_filter.is_error and "filterAddOn" in bad_filter.content[0].text
     assert nothing.is_error and "query" in nothing.content[0].text
@@ -77,10 +80,13 @@ async def test_tool_errors_are_reported_not_crashes(base_url):
 
 async def test_mcp_endpoint_requires_a_key(base_url):
     async with httpx2.AsyncClient() as http:
-        r = await http.post(f"{base_url}/knowledgebases/transit/mcp",
-                            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        unknown = await http.post(f"{base_url}/knowledgebases/nope/mcp",
-                                  headers={"api-key": KEY}, json={})
+        r = await http.post(
+            f"{base_url}/knowledgebases/transit/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        )
+        unknown = await http.post(
+            f"{base_url}/knowledgebases/nope/mcp", headers={"api-key": KEY}, json={}
+        )
     assert r.status_code == 401 and r.json()["error"]["code"] == "Unauthorized"
     assert unknown.status_code == 404
 
@@ -92,14 +98,17 @@ async def test_stdio_server_from_the_command_line(tmp_path):
     build_sample_kb(kb_dir)
     env = {**os.environ, "AGENTIC_RETRIEVAL_CHAT_MODEL": ""}
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "agentic_retrieval.cli", "mcp", "--kb", str(kb_dir)],
-        env=env)
+        command=sys.executable,
+        args=["-m", "agentic_retrieval.cli", "mcp", "--kb", str(kb_dir)],
+        env=env,
+    )
     async with Client(params, read_timeout_seconds=60) as client:
         tools = await client.list_tools()
         assert [tool.name for tool in tools.tools] == ["knowledge_base_retrieve"]
         result = await client.call_tool(
             "knowledge_base_retrieve",
-            {"query": "How long is CCTV footage kept before it is overwritten?"})
+            {"query": "How long is CCTV footage kept before it is overwritten?"},
+        )
     assert not result.is_error
     keys = [ref["docKey"] for ref in result.structured_content["references"][:3]]
     assert any(key.startswith("operations-cctv-and-data-requests-md-") for key in keys), keys

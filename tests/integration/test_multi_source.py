@@ -32,22 +32,45 @@ pytestmark = pytest.mark.integration
 KEY = "multi-source-admin-key"
 
 INDEX_DOCUMENTS = [
-    {"id": "river-1", "title": "Rivers", "content": "The river floods the delta every spring.",
-     "category": "earth", "year": 2021},
-    {"id": "river-2", "title": "Old rivers", "content": "An old river map of the delta.",
-     "category": "earth", "year": 1999},
-    {"id": "ice-1", "title": "Glaciers",
-     "content": "Glaciers carve valleys; meltwater feeds a river.", "category": "ice",
-     "year": 2015},
+    {
+        "id": "river-1",
+        "title": "Rivers",
+        "content": "The river floods the delta every spring.",
+        "category": "earth",
+        "year": 2021,
+    },
+    {
+        "id": "river-2",
+        "title": "Old rivers",
+        "content": "An old river map of the delta.",
+        "category": "earth",
+        "year": 1999,
+    },
+    {
+        "id": "ice-1",
+        "title": "Glaciers",
+        "content": "Glaciers carve valleys; meltwater feeds a river.",
+        "category": "ice",
+        "year": 2015,
+    },
 ]
 
 NOTES = [
-    Document(id="volcano", page_content="Volcano eruptions spread ash over the island.",
-             metadata={"title": "Volcanoes", "topic": "geology"}),
-    Document(id="reef", page_content="Coral reef bleaching follows warm ocean water.",
-             metadata={"title": "Reefs", "topic": "ocean"}),
-    Document(id="ocean-ash", page_content="Volcanic ash and river silt fall into the ocean.",
-             metadata={"title": "Ash at sea", "topic": "ocean"}),
+    Document(
+        id="volcano",
+        page_content="Volcano eruptions spread ash over the island.",
+        metadata={"title": "Volcanoes", "topic": "geology"},
+    ),
+    Document(
+        id="reef",
+        page_content="Coral reef bleaching follows warm ocean water.",
+        metadata={"title": "Reefs", "topic": "ocean"},
+    ),
+    Document(
+        id="ocean-ash",
+        page_content="Volcanic ash and river silt fall into the ocean.",
+        metadata={"title": "Ash at sea", "topic": "ocean"},
+    ),
 ]
 
 PLAN = {
@@ -71,7 +94,8 @@ def standin() -> Iterator[AzureSearchStandIn]:
     server = AzureSearchStandIn(KEY)
     server.add_index(
         index_definition(
-            "earth", filterable={"category": "Edm.String", "year": "Edm.Int32"},
+            "earth",
+            filterable={"category": "Edm.String", "year": "Edm.Int32"},
             semantic_configuration="earth-semantic",
         ),
         INDEX_DOCUMENTS,
@@ -92,13 +116,20 @@ def knowledge_base(tmp_path: Path, standin: AzureSearchStandIn) -> Iterator[Know
     (docs / "expenses.txt").write_text(
         "Expense policy\n\nTravel expenses are reimbursed within thirty days.", encoding="utf-8"
     )
-    handbook = LocalKnowledgeSource("handbook", tmp_path / "handbook.sqlite",
-                                    description="HR handbook: vacation, expenses")
+    handbook = LocalKnowledgeSource(
+        "handbook", tmp_path / "handbook.sqlite", description="HR handbook: vacation, expenses"
+    )
     assert handbook.index([docs]).ok
     index = AzureSearchKnowledgeSource(
-        "earth-index", endpoint=standin.endpoint, index_name="earth", credential=KEY,
-        description="Earth science index", semantic_configuration="earth-semantic",
-        metadata_fields=("category", "year"), source_filter="year ge 2000", retry_total=0,
+        "earth-index",
+        endpoint=standin.endpoint,
+        index_name="earth",
+        credential=KEY,
+        description="Earth science index",
+        semantic_configuration="earth-semantic",
+        metadata_fields=("category", "year"),
+        source_filter="year ge 2000",
+        retry_total=0,
     )
     store = InMemoryVectorStore(HashingEmbeddings())
     store.add_documents(NOTES)
@@ -134,11 +165,18 @@ def sources_by_reference(response: RetrieveResponse) -> dict[str, tuple[str, str
 def test_references_link_to_the_activity_of_the_source_that_found_them(
     knowledge_base: KnowledgeBase, standin: AzureSearchStandIn
 ):
-    response = knowledge_base.retrieve(request(**{
-        "handbook": {"kind": "local"},
-        "earth-index": {"filterAddOn": "category eq 'earth'", "includeReferenceSourceData": True},
-        "earth-notes": {"alwaysQuerySource": True, "filterAddOn": "topic eq 'ocean'"},
-    }))
+    response = knowledge_base.retrieve(
+        request(
+            **{
+                "handbook": {"kind": "local"},
+                "earth-index": {
+                    "filterAddOn": "category eq 'earth'",
+                    "includeReferenceSourceData": True,
+                },
+                "earth-notes": {"alwaysQuerySource": True, "filterAddOn": "topic eq 'ocean'"},
+            }
+        )
+    )
 
     assert response.status_code == 200
     # every reference is a searchIndex reference on the wire (typed in the Azure SDK)
@@ -152,8 +190,12 @@ def test_references_link_to_the_activity_of_the_source_that_found_them(
     }
     searches = [r for r in response.activity or [] if "knowledgeSourceName" in r.model_extra]
     assert sorted(
-        (r.model_extra["knowledgeSourceName"], r.model_extra.get("knowledgeSourceKind", r.type),
-         r.model_extra["count"]) for r in searches
+        (
+            r.model_extra["knowledgeSourceName"],
+            r.model_extra.get("knowledgeSourceKind", r.type),
+            r.model_extra["count"],
+        )
+        for r in searches
     ) == [
         ("earth-index", "searchIndex", 1),
         ("earth-notes", "langchain", 2),
@@ -169,9 +211,11 @@ def test_references_link_to_the_activity_of_the_source_that_found_them(
     with_data = {r.doc_key: r.source_data for r in response.references if r.source_data}
     assert with_data == {
         "river-1": {
-            "docKey": "river-1", "title": "Rivers",
+            "docKey": "river-1",
+            "title": "Rivers",
             "content": "The river floods the delta every spring.",
-            "category": "earth", "year": 2021,
+            "category": "earth",
+            "year": 2021,
             "captions": ["Rivers The river floods the delta every spring."],
         }
     }
@@ -184,11 +228,15 @@ async def test_failing_source_gives_a_partial_response(
 ):
     standin.fail_next(403, code="Forbidden", message="caller lacks read access")
 
-    response = await knowledge_base.aretrieve(request(**{
-        "handbook": {"kind": "local"},
-        "earth-index": {},
-        "earth-notes": {"alwaysQuerySource": True, "includeReferences": False},
-    }))
+    response = await knowledge_base.aretrieve(
+        request(
+            **{
+                "handbook": {"kind": "local"},
+                "earth-index": {},
+                "earth-notes": {"alwaysQuerySource": True, "includeReferences": False},
+            }
+        )
+    )
 
     assert response.status_code == 206 and response.partial
     assert sources_by_reference(response) == {
@@ -201,7 +249,10 @@ async def test_failing_source_gives_a_partial_response(
     assert failed.error.code == "Forbidden"
     assert KEY not in failed.error.message
     # includeReferences=false hides the store's references, not its searches or its content.
-    notes = [r for r in response.activity or []
-             if r.model_extra.get("knowledgeSourceName") == "earth-notes"]
+    notes = [
+        r
+        for r in response.activity or []
+        if r.model_extra.get("knowledgeSourceName") == "earth-notes"
+    ]
     assert [r.model_extra["count"] for r in notes] == [3, 3]
     assert "Coral reef bleaching" in response.text

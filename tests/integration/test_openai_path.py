@@ -24,16 +24,29 @@ def _fresh_model_cache():
 
 def test_medium_answer_synthesis_over_http_with_token_counts(toy_source, monkeypatch):
     script = {
-        "QueryPlan": [{
-            "needs_retrieval": True, "assistant_message": "",
-            "queries": [{"query": "day pass price", "goal": "fare", "knowledge_sources": [],
-                         "filter": ""}],
-        }],
-        "EvidenceAssessment": [{
-            "is_sufficient": True, "confidence": 0.8,
-            "key_points": [{"point": "day pass is 6 euros", "ref_ids": [0]}],
-            "missing_information": [], "followup_queries": [],
-        }],
+        "QueryPlan": [
+            {
+                "needs_retrieval": True,
+                "assistant_message": "",
+                "queries": [
+                    {
+                        "query": "day pass price",
+                        "goal": "fare",
+                        "knowledge_sources": [],
+                        "filter": "",
+                    }
+                ],
+            }
+        ],
+        "EvidenceAssessment": [
+            {
+                "is_sufficient": True,
+                "confidence": 0.8,
+                "key_points": [{"point": "day pass is 6 euros", "ref_ids": [0]}],
+                "missing_information": [],
+                "followup_queries": [],
+            }
+        ],
         "SynthesizedAnswer": [{"answer": "A day pass costs 6 euros [ref_id:0]."}],
     }
     with OpenAIStandIn(script) as server:
@@ -41,16 +54,20 @@ def test_medium_answer_synthesis_over_http_with_token_counts(toy_source, monkeyp
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("AGENTIC_RETRIEVAL_CHAT_MODEL", "openai:gpt-4.1-mini")
         kb = KnowledgeBase([toy_source])
-        response = kb.retrieve({
-            "messages": [user("How much is a day pass?")],
-            "retrievalReasoningEffort": {"kind": "medium"},
-            "outputMode": "answerSynthesis",
-        })
+        response = kb.retrieve(
+            {
+                "messages": [user("How much is a day pass?")],
+                "retrievalReasoningEffort": {"kind": "medium"},
+                "outputMode": "answerSynthesis",
+            }
+        )
         sent = list(server.requests)
     assert response.text == "A day pass costs 6 euros [ref_id:0]."
     assert response.references[0].doc_key == "fares"
     assert [r["response_format"]["json_schema"]["name"] for r in sent] == [
-        "QueryPlan", "EvidenceAssessment", "SynthesizedAnswer"
+        "QueryPlan",
+        "EvidenceAssessment",
+        "SynthesizedAnswer",
     ]
     assert all(r["model"] == "gpt-4.1-mini" for r in sent)
     by_type = {a.type: a.model_extra for a in response.activity}
@@ -66,7 +83,7 @@ def test_medium_answer_synthesis_over_http_with_token_counts(toy_source, monkeyp
 
 
 def test_unparseable_model_output_over_http_degrades(toy_source, monkeypatch):
-    script = {"QueryPlan": ["this is not json", "{\"needs_retrieval\": \"perhaps\"}"]}
+    script = {"QueryPlan": ["this is not json", '{"needs_retrieval": "perhaps"}']}
     with OpenAIStandIn(script) as server:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)

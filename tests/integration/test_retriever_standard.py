@@ -11,8 +11,11 @@ from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase, KnowledgeB
 standard = pytest.importorskip("langchain_tests.integration_tests")
 
 CORPUS = [
-    {"key": f"doc-{i}", "title": f"Tram note {i}",
-     "content": f"Tram line {i} runs every {5 + i} minutes between the harbour and the depot."}
+    {
+        "key": f"doc-{i}",
+        "title": f"Tram note {i}",
+        "content": f"Tram line {i} runs every {5 + i} minutes between the harbour and the depot.",
+    }
     for i in range(12)
 ]
 

@@ -28,8 +28,10 @@ QUESTIONS = corpus_questions()
 
 
 def body(i: int) -> dict:
-    return {"intents": [{"search": QUESTIONS[i % len(QUESTIONS)]}],
-            "retrievalReasoningEffort": {"kind": "minimal"}}
+    return {
+        "intents": [{"search": QUESTIONS[i % len(QUESTIONS)]}],
+        "retrievalReasoningEffort": {"kind": "minimal"},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +44,9 @@ def test_200_requests_from_20_clients_all_valid(kb_dir):
     settings = ServerSettings(api_keys=[KEY], read_env_keys=False)
     with running_server(create_app(kb, settings=settings)) as base:
         url = f"{base}/knowledgebases/{kb.name}/retrieve?api-version={GA}"
-        results = asyncio.run(load(url, [body(i) for i in range(200)], clients=20,
-                                   headers={"api-key": KEY}))
+        results = asyncio.run(
+            load(url, [body(i) for i in range(200)], clients=20, headers={"api-key": KEY})
+        )
     assert len(results) == 200
     assert sorted({status for status, _, _ in results}) == [200]
     for _, payload, _ in results:
@@ -73,8 +76,7 @@ def test_a_source_failing_mid_load_gives_206_with_the_other_sources_results(kb_d
     names = list(opened.sources)
     flaky = FlakySource(opened.sources[names[0]], mode)
     healthy = opened.sources[names[1]]
-    kb = KnowledgeBase([flaky, healthy], name="flaky",
-                       defaults=Context(source_timeout_seconds=3.0))
+    kb = KnowledgeBase([flaky, healthy], name="flaky", defaults=Context(source_timeout_seconds=3.0))
     with running_server(create_app(kb, settings=ServerSettings(read_env_keys=False))) as base:
         url = f"{base}/knowledgebases/flaky/retrieve?api-version={GA}"
 
@@ -97,7 +99,8 @@ def test_a_source_failing_mid_load_gives_206_with_the_other_sources_results(kb_d
         failed = [a for a in response.activity if a.error is not None]
         expected_code = "Timeout" if mode == "hang" else "KnowledgeSourceError"
         assert [(a.model_extra["knowledgeSourceName"], a.error.code) for a in failed] == [
-            (flaky.name, expected_code)]
+            (flaky.name, expected_code)
+        ]
     # every request the healthy source can answer on its own got its results
     assert answered == sum(answerable[i % len(QUESTIONS)] for i in range(100)) > 0
 

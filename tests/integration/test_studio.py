@@ -31,9 +31,11 @@ def small_kb(root: Path) -> Path:
     docs = root / "docs"
     docs.mkdir()
     (docs / "ferries.md").write_text(
-        "# Ferries\n\nThe harbour ferry to Gull Island leaves every 40 minutes from Pier 3.\n")
+        "# Ferries\n\nThe harbour ferry to Gull Island leaves every 40 minutes from Pier 3.\n"
+    )
     (docs / "parking.md").write_text(
-        "# Parking\n\nPark and ride at Saltmarsh costs 4 dollars a day, free on Sundays.\n")
+        "# Parking\n\nPark and ride at Saltmarsh costs 4 dollars a day, free on Sundays.\n"
+    )
     directory = KnowledgeBaseDirectory(root / "kb").create(name="studio-test")
     directory.add_or_update_source("guides", description="Ferry and parking guides.")
     directory.index("guides", [docs])
@@ -49,15 +51,35 @@ def dev_server(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("studio")
     port = free_port()
-    env = {**os.environ, "AGENTIC_RETRIEVAL_KB": str(small_kb(root)),
-           "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false",
-           "LANGGRAPH_NO_VERSION_CHECK": "true", "LANGSMITH_API_KEY": "",
-           "AGENTIC_RETRIEVAL_CHAT_MODEL": ""}
+    env = {
+        **os.environ,
+        "AGENTIC_RETRIEVAL_KB": str(small_kb(root)),
+        "LANGSMITH_TRACING": "false",
+        "LANGCHAIN_TRACING_V2": "false",
+        "LANGGRAPH_NO_VERSION_CHECK": "true",
+        "LANGSMITH_API_KEY": "",
+        "AGENTIC_RETRIEVAL_CHAT_MODEL": "",
+    }
     log = (root / "dev.log").open("w")
     process = subprocess.Popen(
-        [LANGGRAPH, "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
-         "--port", str(port), "--config", str(REPO / "langgraph.json")],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            LANGGRAPH,
+            "dev",
+            "--no-browser",
+            "--no-reload",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(REPO / "langgraph.json"),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
@@ -92,7 +114,8 @@ async def test_a_run_through_langgraph_sdk_returns_references(dev_server):
     assistants = await client.assistants.search(graph_id="agentic_retrieval")
     assert assistants, "the graph from langgraph.json is not registered"
     output = await client.runs.wait(
-        None, "agentic_retrieval",
+        None,
+        "agentic_retrieval",
         input={"messages": [{"role": "user", "content": "When does the Gull Island ferry leave?"}]},
         context={"reasoning_effort": "minimal"},
     )

@@ -87,7 +87,10 @@ def test_word_longer_than_a_chunk_is_cut() -> None:
 
 def test_sentence_splitting_handles_quotes_and_marks() -> None:
     assert split_sentences('He said "stop." Then left! Why? Fine') == [
-        'He said "stop."', "Then left!", "Why?", "Fine"
+        'He said "stop."',
+        "Then left!",
+        "Why?",
+        "Fine",
     ]
 
 

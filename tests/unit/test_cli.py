@@ -18,17 +18,30 @@ def docs(tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "ferries.md").write_text(
-        "# Ferries\n\nThe harbour ferry to Gull Island leaves every 40 minutes from Pier 3.\n")
+        "# Ferries\n\nThe harbour ferry to Gull Island leaves every 40 minutes from Pier 3.\n"
+    )
     (folder / "parking.md").write_text(
-        "# Parking\n\nPark and ride at Saltmarsh costs 4 dollars a day, free on Sundays.\n")
+        "# Parking\n\nPark and ride at Saltmarsh costs 4 dollars a day, free on Sundays.\n"
+    )
     (folder / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
     return folder
 
 
 @pytest.fixture
 def kb(tmp_path, docs):
-    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "guides",
-                                 "--description", "Ferry and parking guides", str(docs)])
+    result = runner.invoke(
+        app,
+        [
+            "index",
+            "--kb",
+            str(tmp_path / "kb"),
+            "--source",
+            "guides",
+            "--description",
+            "Ferry and parking guides",
+            str(docs),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return tmp_path / "kb"
 
@@ -48,8 +61,18 @@ def test_index_reports_files_and_chunks(tmp_path, docs):
 
 
 def test_retrieve_json_prints_exactly_the_wire_response(kb):
-    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "--json",
-                                 "When does the Gull Island ferry leave?"])
+    result = runner.invoke(
+        app,
+        [
+            "retrieve",
+            "--kb",
+            str(kb),
+            "--effort",
+            "minimal",
+            "--json",
+            "When does the Gull Island ferry leave?",
+        ],
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)  # nothing else on stdout
     response = RetrieveResponse.model_validate(payload)
@@ -58,8 +81,9 @@ def test_retrieve_json_prints_exactly_the_wire_response(kb):
 
 
 def test_retrieve_readable_view_shows_searches_references_and_grounding(kb):
-    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal",
-                                 "park and ride price"])
+    result = runner.invoke(
+        app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "park and ride price"]
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "no LLM planning" in out
@@ -69,8 +93,20 @@ def test_retrieve_readable_view_shows_searches_references_and_grounding(kb):
 
 
 def test_retrieve_filter_restricts_results(kb):
-    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "--json",
-                                 "--filter", "file_name eq 'parking.md'", "ferry parking"])
+    result = runner.invoke(
+        app,
+        [
+            "retrieve",
+            "--kb",
+            str(kb),
+            "--effort",
+            "minimal",
+            "--json",
+            "--filter",
+            "file_name eq 'parking.md'",
+            "ferry parking",
+        ],
+    )
     assert result.exit_code == 0, result.output
     refs = json.loads(result.stdout)["references"]
     assert [ref["docKey"] for ref in refs] == ["docs-parking-md-0"]
@@ -86,8 +122,14 @@ def test_retrieve_filter_restricts_results(kb):
         (["--effort", "minimal", "--source", "ghost"], "no source 'ghost'"),
         ([], "AGENTIC_RETRIEVAL_CHAT_MODEL"),
     ],
-    ids=["bad-effort", "bad-output-mode", "answer-with-minimal", "bad-filter", "unknown-source",
-         "no-model-for-low"],
+    ids=[
+        "bad-effort",
+        "bad-output-mode",
+        "answer-with-minimal",
+        "bad-filter",
+        "unknown-source",
+        "no-model-for-low",
+    ],
 )
 def test_user_mistakes_are_one_line_and_exit_2(kb, monkeypatch, args, needle):
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
@@ -106,8 +148,9 @@ def test_unknown_kb_dir_is_exit_2(tmp_path):
 
 
 def test_index_missing_path_is_exit_2(tmp_path):
-    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s",
-                                 str(tmp_path / "missing")])
+    result = runner.invoke(
+        app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s", str(tmp_path / "missing")]
+    )
     assert result.exit_code == 2 and "no such file or folder" in result.stderr
 
 
@@ -130,20 +173,44 @@ def test_index_meta_is_typed_and_filterable(tmp_path):
     (new / "ferry.md").write_text("# Ferry\n\nThe ferry now leaves at 8 am.\n")
     kb_dir = tmp_path / "kb"
     for folder, year in ((old, "2023"), (new, "2025")):
-        result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "notes",
-                                     "--meta", f"year={year}", "--meta", "draft=false",
-                                     str(folder)])
+        result = runner.invoke(
+            app,
+            [
+                "index",
+                "--kb",
+                str(kb_dir),
+                "--source",
+                "notes",
+                "--meta",
+                f"year={year}",
+                "--meta",
+                "draft=false",
+                str(folder),
+            ],
+        )
         assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["retrieve", "--kb", str(kb_dir), "--effort", "minimal",
-                                 "--json", "--filter", "year ge 2024 and draft eq false",
-                                 "ferry leaves"])
+    result = runner.invoke(
+        app,
+        [
+            "retrieve",
+            "--kb",
+            str(kb_dir),
+            "--effort",
+            "minimal",
+            "--json",
+            "--filter",
+            "year ge 2024 and draft eq false",
+            "ferry leaves",
+        ],
+    )
     response = RetrieveResponse.model_validate(json.loads(result.stdout))
     assert [r.doc_key for r in response.references] == ["new-ferry-md-0"]
 
 
 def test_index_meta_without_equals_is_exit_2(tmp_path, docs):
-    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s",
-                                 "--meta", "year", str(docs)])
+    result = runner.invoke(
+        app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s", "--meta", "year", str(docs)]
+    )
     assert result.exit_code == 2
     assert "KEY=VALUE" in result.output
 
@@ -161,8 +228,9 @@ def test_corrupt_or_missing_index_is_one_line_and_exit_2(kb):
 
 
 def test_reserved_meta_key_is_exit_2(tmp_path, docs):
-    result = runner.invoke(app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s",
-                                 "--meta", "page=3", str(docs)])
+    result = runner.invoke(
+        app, ["index", "--kb", str(tmp_path / "kb"), "--source", "s", "--meta", "page=3", str(docs)]
+    )
     assert result.exit_code == 2
     assert "reserved" in result.output
 
@@ -204,17 +272,21 @@ def test_reindexing_a_deleted_folder_removes_its_chunks(tmp_path):
     folder.mkdir()
     (folder / "ferry.md").write_text("# Ferry\n\nThe Gull Island ferry leaves hourly.\n")
     kb_dir = tmp_path / "kb"
-    assert runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s",
-                               str(folder)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s", str(folder)]).exit_code
+        == 0
+    )
     shutil.rmtree(folder)
     result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s", str(folder)])
     assert result.exit_code == 0, result.output
     assert "deleted" in result.output.lower()
-    result = runner.invoke(app, ["retrieve", "--kb", str(kb_dir), "--effort", "minimal",
-                                 "--json", "Gull Island ferry"])
+    result = runner.invoke(
+        app, ["retrieve", "--kb", str(kb_dir), "--effort", "minimal", "--json", "Gull Island ferry"]
+    )
     assert RetrieveResponse.model_validate(json.loads(result.stdout)).references == []
-    never = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s",
-                                str(tmp_path / "never-existed")])
+    never = runner.invoke(
+        app, ["index", "--kb", str(kb_dir), "--source", "s", str(tmp_path / "never-existed")]
+    )
     assert never.exit_code == 2 and "no such file or folder" in never.output
 
 
@@ -225,10 +297,12 @@ def test_reranker_is_chosen_by_name_from_the_environment(kb, monkeypatch):
     assert isinstance(open_knowledge_base(kb).bindings.reranker, PassthroughReranker)
     monkeypatch.setenv("AGENTIC_RETRIEVAL_RERANKER", "lexical")
     assert isinstance(open_knowledge_base(kb).bindings.reranker, LexicalReranker)
-    result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "--json",
-                                 "ferry"])
-    reranking = [a for a in json.loads(result.stdout)["activity"]
-                 if a["type"] == "semanticReranker"]
+    result = runner.invoke(
+        app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "--json", "ferry"]
+    )
+    reranking = [
+        a for a in json.loads(result.stdout)["activity"] if a["type"] == "semanticReranker"
+    ]
     assert reranking[0]["reranker"] == "lexical-coverage"
     monkeypatch.setenv("AGENTIC_RETRIEVAL_RERANKER", "magic")
     result = runner.invoke(app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "ferry"])
@@ -240,7 +314,8 @@ def test_embeddings_without_the_extra_changes_nothing(tmp_path, docs, monkeypatc
 
     monkeypatch.setattr(embeddings, "local_embeddings_available", lambda: False)
     kb_dir = tmp_path / "kb"
-    result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "s",
-                                 "--embeddings", str(docs)])
+    result = runner.invoke(
+        app, ["index", "--kb", str(kb_dir), "--source", "s", "--embeddings", str(docs)]
+    )
     assert result.exit_code == 2 and "nothing was changed" in result.stderr
     assert not kb_dir.exists()

@@ -90,9 +90,7 @@ def test_low_makes_exactly_one_planning_call_and_routes_sources(toy_source, faq_
 def test_low_respects_max_subqueries_and_always_query_source(toy_source, faq_source):
     plan = {
         "needs_retrieval": True,
-        "queries": [
-            {"query": f"query {i}", "knowledge_sources": ["transit"]} for i in range(5)
-        ],
+        "queries": [{"query": f"query {i}", "knowledge_sources": ["transit"]} for i in range(5)],
     }
     transit, faq = RecordingSource(toy_source), RecordingSource(faq_source)
     kb, _ = kb_with([transit, faq], {"QueryPlan": [plan]}, defaults=Context(max_subqueries=2))
@@ -141,26 +139,39 @@ def test_medium_follows_up_once_then_answers(toy_source):
     script = {
         "QueryPlan": [PLAN_TWO],
         "EvidenceAssessment": [
-            {"is_sufficient": False, "confidence": 0.3,
-             "missing_information": ["saturday hours"],
-             "followup_queries": ["tram hours saturday", "day pass price"]},
+            {
+                "is_sufficient": False,
+                "confidence": 0.3,
+                "missing_information": ["saturday hours"],
+                "followup_queries": ["tram hours saturday", "day pass price"],
+            },
             {"is_sufficient": True, "confidence": 0.9},
         ],
     }
     kb, model = kb_with([source], script)
     response = kb.retrieve(
-        {"messages": [user("Fares, fees and Saturday hours?")],
-         "retrievalReasoningEffort": {"kind": "medium"}}
+        {
+            "messages": [user("Fares, fees and Saturday hours?")],
+            "retrievalReasoningEffort": {"kind": "medium"},
+        }
     )
     # the repeated "day pass price" follow-up is dropped; only the new query runs
     assert [q.text for q in source.queries] == [
-        "day pass price", "bike late fee", "tram hours saturday"
+        "day pass price",
+        "bike late fee",
+        "tram hours saturday",
     ]
     assert model.script.count("EvidenceAssessment") == 2
     assert types(response) == [
-        "modelQueryPlanning", "searchIndex", "searchIndex", "semanticReranker",
-        "modelEvidenceAssessment", "searchIndex", "semanticReranker",
-        "modelEvidenceAssessment", "agenticReasoning",
+        "modelQueryPlanning",
+        "searchIndex",
+        "searchIndex",
+        "semanticReranker",
+        "modelEvidenceAssessment",
+        "searchIndex",
+        "semanticReranker",
+        "modelEvidenceAssessment",
+        "agenticReasoning",
     ]
     assert "hours" in [r.doc_key for r in response.references]
     reasoning = response.activity[-1].model_extra
@@ -189,8 +200,9 @@ def test_medium_loop_is_bounded_by_max_iterations(toy_source):
 def test_medium_zero_iterations_never_loops(toy_source):
     script = {
         "QueryPlan": [PLAN_TWO],
-        "EvidenceAssessment": [{"is_sufficient": False, "confidence": 0.1,
-                                "followup_queries": ["more"]}],
+        "EvidenceAssessment": [
+            {"is_sufficient": False, "confidence": 0.1, "followup_queries": ["more"]}
+        ],
     }
     source = RecordingSource(toy_source)
     kb, _ = kb_with([source], script, defaults=Context(max_iterations=0))
@@ -205,8 +217,10 @@ def test_answer_synthesis_keeps_valid_citations_and_strips_invented_ones(toy_sou
     script = {
         "QueryPlan": [PLAN_TWO],
         "SynthesizedAnswer": [
-            {"answer": "A day pass costs 6 euros [ref_id:1]. Late fee is 1 euro [ref_id:0] "
-                       "[ref_id:7]. Also [ref_id: 0, 1]."}
+            {
+                "answer": "A day pass costs 6 euros [ref_id:1]. Late fee is 1 euro [ref_id:0] "
+                "[ref_id:7]. Also [ref_id: 0, 1]."
+            }
         ],
     }
     kb, _ = kb_with([toy_source], script)
@@ -224,9 +238,7 @@ def test_answer_synthesis_keeps_valid_citations_and_strips_invented_ones(toy_sou
 def test_answer_synthesis_with_no_evidence_says_so_without_a_model_call(toy_source):
     plan = {"needs_retrieval": True, "queries": [{"query": "zzzz qqqq"}]}
     kb, model = kb_with([toy_source], {"QueryPlan": [plan]})
-    response = kb.retrieve(
-        {"messages": [user("zzzz qqqq?")], "outputMode": "answerSynthesis"}
-    )
+    response = kb.retrieve({"messages": [user("zzzz qqqq?")], "outputMode": "answerSynthesis"})
     assert model.script.count("SynthesizedAnswer") == 0
     assert "could not find" in response.text
     assert response.references == []
@@ -236,8 +248,11 @@ def test_minimal_with_answer_synthesis_is_rejected(toy_source):
     kb = KnowledgeBase([toy_source])
     with pytest.raises(ValueError, match="minimal"):
         kb.retrieve(
-            {"intents": [{"search": "x"}], "retrievalReasoningEffort": {"kind": "minimal"},
-             "outputMode": "answerSynthesis"}
+            {
+                "intents": [{"search": "x"}],
+                "retrievalReasoningEffort": {"kind": "minimal"},
+                "outputMode": "answerSynthesis",
+            }
         )
 
 
@@ -358,8 +373,11 @@ def test_caller_filter_is_anded_with_planner_filter_never_replaced(toy_source):
         "category ne 'bikes'",
     ]
     assert "bike-fees" not in [r.doc_key for r in response.references]
-    searched = [r.model_extra["searchIndexArguments"]["filter"] for r in response.activity
-                if r.type == "searchIndex"]
+    searched = [
+        r.model_extra["searchIndexArguments"]["filter"]
+        for r in response.activity
+        if r.type == "searchIndex"
+    ]
     assert searched[0] == "(category ne 'bikes') and (year ge 2023)"
 
 
@@ -386,17 +404,24 @@ def test_invalid_caller_filter_is_a_request_error(toy_source):
     kb = KnowledgeBase([toy_source])
     with pytest.raises(ValueError, match="filterAddOn"):
         kb.retrieve(
-            {"intents": [{"search": "x"}],
-             "knowledgeSourceParams": [{"knowledgeSourceName": "transit",
-                                        "filterAddOn": "year eq"}]}
+            {
+                "intents": [{"search": "x"}],
+                "knowledgeSourceParams": [
+                    {"knowledgeSourceName": "transit", "filterAddOn": "year eq"}
+                ],
+            }
         )
 
 
 def test_unknown_source_is_rejected(toy_source):
     kb = KnowledgeBase([toy_source])
     with pytest.raises(LookupError, match="nope"):
-        kb.retrieve({"intents": [{"search": "x"}],
-                     "knowledgeSourceParams": [{"knowledgeSourceName": "nope"}]})
+        kb.retrieve(
+            {
+                "intents": [{"search": "x"}],
+                "knowledgeSourceParams": [{"knowledgeSourceName": "nope"}],
+            }
+        )
 
 
 # --- output size, references ------------------------------------------------------------------
@@ -408,8 +433,7 @@ def test_max_output_size_drops_whole_lowest_ranked_chunks(toy_source):
     items = json.loads(full.text)
     assert len(items) >= 3
     limit = len(json.dumps(items[:2], separators=(",", ":"), ensure_ascii=False))
-    cut = kb.retrieve({"intents": [{"search": "tram day pass 30 minutes"}],
-                       "maxOutputSize": limit})
+    cut = kb.retrieve({"intents": [{"search": "tram day pass 30 minutes"}], "maxOutputSize": limit})
     assert len(cut.text) <= limit
     assert json.loads(cut.text) == items[:2]
     assert [r.id for r in cut.references] == ["0", "1"]
@@ -437,8 +461,10 @@ def test_include_references_and_source_data_per_source(toy_source, faq_source):
 def test_reranker_threshold_drops_weak_candidates(toy_source):
     kb = KnowledgeBase([toy_source])
     response = kb.retrieve(
-        {"intents": [{"search": "tram day pass"}],
-         "knowledgeSourceParams": [{"knowledgeSourceName": "transit", "rerankerThreshold": 2.5}]}
+        {
+            "intents": [{"search": "tram day pass"}],
+            "knowledgeSourceParams": [{"knowledgeSourceName": "transit", "rerankerThreshold": 2.5}],
+        }
     )
     assert [r.doc_key for r in response.references] == ["fares"]
     assert all(r.reranker_score >= 2.5 for r in response.references)
@@ -527,9 +553,14 @@ def test_second_turn_on_a_checkpointed_thread_starts_clean(toy_source, faq_sourc
 
     _time.sleep(1.1)  # longer than the time limit: the second turn has its own clock
     second = graph.invoke(
-        {"intents": ["day pass"], "knowledge_source_params": [
-            {"knowledgeSourceName": "transit", "filterAddOn": "category eq 'fares'"}]},
-        config, context=context,
+        {
+            "intents": ["day pass"],
+            "knowledge_source_params": [
+                {"knowledgeSourceName": "transit", "filterAddOn": "category eq 'fares'"}
+            ],
+        },
+        config,
+        context=context,
     )
     assert [r["docKey"] for r in second["references"]] == ["fares"]
     assert [q.text for q in transit.queries] == ["bike late fee", "day pass"]
@@ -602,13 +633,16 @@ def test_sync_retrieve_returns_at_the_limit_even_when_a_source_thread_lingers(to
 
 def test_timed_out_run_with_grounded_but_unreferenced_results_is_not_408(toy_source):
     kb = KnowledgeBase([toy_source, SlowSource(delay=30)])
-    response = kb.retrieve({
-        "intents": [{"search": "day pass"}], "maxRuntimeInSeconds": 1,
-        "knowledgeSourceParams": [
-            {"knowledgeSourceName": "transit", "includeReferences": False},
-            {"knowledgeSourceName": "slow"},
-        ],
-    })
+    response = kb.retrieve(
+        {
+            "intents": [{"search": "day pass"}],
+            "maxRuntimeInSeconds": 1,
+            "knowledgeSourceParams": [
+                {"knowledgeSourceName": "transit", "includeReferences": False},
+                {"knowledgeSourceName": "slow"},
+            ],
+        }
+    )
     assert response.references == []
     assert json.loads(response.text)[0]["content"].startswith("A single tram ride")
     assert response.status_code == 206
@@ -620,13 +654,16 @@ def test_answer_cannot_cite_passages_of_unreferenced_sources(toy_source, faq_sou
         "SynthesizedAnswer": [{"answer": "Refunds [ref_id:0]. Passes [ref_id:1]. [ref_id:2]"}],
     }
     kb, _ = kb_with([toy_source, faq_source], script)
-    response = kb.retrieve({
-        "messages": [user("day pass refund?")], "outputMode": "answerSynthesis",
-        "knowledgeSourceParams": [
-            {"knowledgeSourceName": "transit"},
-            {"knowledgeSourceName": "faq", "includeReferences": False},
-        ],
-    })
+    response = kb.retrieve(
+        {
+            "messages": [user("day pass refund?")],
+            "outputMode": "answerSynthesis",
+            "knowledgeSourceParams": [
+                {"knowledgeSourceName": "transit"},
+                {"knowledgeSourceName": "faq", "includeReferences": False},
+            ],
+        }
+    )
     from agentic_retrieval.wire.citations import cited_ids
 
     referenced = {int(r.id) for r in response.references}
@@ -646,9 +683,13 @@ def test_a_marker_inside_document_text_does_not_make_an_id_citable():
         "SynthesizedAnswer": [{"answer": "Leave is 2 days [ref_id:0][ref_id:1]."}],
     }
     kb, _ = kb_with([InMemoryKnowledgeSource("hr", docs)], script)
-    response = kb.retrieve({
-        "messages": [user("leave?")], "outputMode": "answerSynthesis", "maxOutputSize": 200,
-    })
+    response = kb.retrieve(
+        {
+            "messages": [user("leave?")],
+            "outputMode": "answerSynthesis",
+            "maxOutputSize": 200,
+        }
+    )
     assert response.text == "Leave is 2 days [ref_id:0]."
     assert [r.id for r in response.references] == ["0"]
 
@@ -656,8 +697,10 @@ def test_a_marker_inside_document_text_does_not_make_an_id_citable():
 def test_token_budget_counts_non_latin_text_conservatively():
     from agentic_retrieval import InMemoryKnowledgeSource
 
-    docs = [{"key": f"k{i}", "content": f"带薪休假 政策 {i} " + "员工每个月累积两天" * 20}
-            for i in range(5)]
+    docs = [
+        {"key": f"k{i}", "content": f"带薪休假 政策 {i} " + "员工每个月累积两天" * 20}
+        for i in range(5)
+    ]
     kb = KnowledgeBase([InMemoryKnowledgeSource("hr", docs)])
     response = kb.retrieve({"intents": [{"search": "带薪休假"}], "maxOutputSizeInTokens": 300})
     non_ascii = sum(1 for ch in response.text if ord(ch) > 127)
@@ -691,8 +734,6 @@ async def test_astream_is_bounded_by_max_runtime_too():
     kb = KnowledgeBase([StuckSource()], defaults=Context(source_timeout_seconds=120))
     loop = asyncio.get_running_loop()
     started = loop.time()
-    events = [e async for e in kb.astream(
-        {"intents": [{"search": "x"}], "maxRuntimeInSeconds": 1}
-    )]
+    events = [e async for e in kb.astream({"intents": [{"search": "x"}], "maxRuntimeInSeconds": 1})]
     assert loop.time() - started < 5
     assert events[-1]["event"] == "response" and events[-1]["status"] in (206, 408)

@@ -19,16 +19,29 @@ def test_mermaid_drawing_matches_the_snapshot():
 def test_graph_has_the_designed_nodes_and_edges():
     graph = build_graph([]).get_graph()
     assert set(graph.nodes) == {
-        "__start__", "route_intent", "plan_queries", "search", "rerank",
-        "assess_evidence", "synthesize", "respond", "__end__",
+        "__start__",
+        "route_intent",
+        "plan_queries",
+        "search",
+        "rerank",
+        "assess_evidence",
+        "synthesize",
+        "respond",
+        "__end__",
     }
     edges = {(e.source, e.target) for e in graph.edges}
     assert {
-        ("__start__", "route_intent"), ("route_intent", "plan_queries"),
-        ("route_intent", "respond"), ("plan_queries", "search"), ("search", "rerank"),
-        ("rerank", "assess_evidence"), ("rerank", "synthesize"),
-        ("assess_evidence", "search"), ("assess_evidence", "synthesize"),
-        ("synthesize", "respond"), ("respond", "__end__"),
+        ("__start__", "route_intent"),
+        ("route_intent", "plan_queries"),
+        ("route_intent", "respond"),
+        ("plan_queries", "search"),
+        ("search", "rerank"),
+        ("rerank", "assess_evidence"),
+        ("rerank", "synthesize"),
+        ("assess_evidence", "search"),
+        ("assess_evidence", "synthesize"),
+        ("synthesize", "respond"),
+        ("respond", "__end__"),
     } <= edges
 
 

@@ -37,7 +37,9 @@ def make_pdf(pages: list[str]) -> bytes:
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
+        len(objects) + 1,
+        xref,
+    )
     return bytes(out)
 
 
@@ -63,8 +65,12 @@ def test_incremental_reindex_add_change_delete_unchanged(tmp_path: Path, store: 
     docs = tmp_path / "docs"
     write(docs / "a.txt", "Alpha notes\n\n" + para("alpha", 3))
     write(docs / "sub" / "B File.md", "# Bravo\n\n" + para("bravo", 3))
-    write(docs / "c.html", "<html><head><title>Charlie</title></head><body><p>"
-          + para("charlie", 3) + "</p><script>var x = 1;</script></body></html>")
+    write(
+        docs / "c.html",
+        "<html><head><title>Charlie</title></head><body><p>"
+        + para("charlie", 3)
+        + "</p><script>var x = 1;</script></body></html>",
+    )
 
     first = index_paths(store, [docs], chunk_size=200, overlap=0)
     assert sorted(Path(p).name for p in first.indexed) == ["B File.md", "a.txt", "c.html"]
@@ -81,7 +87,11 @@ def test_incremental_reindex_add_change_delete_unchanged(tmp_path: Path, store: 
     assert [Path(p).name for p in second.deleted] == ["B File.md"]
     assert second.chunks_deleted == 1
     assert store.chunk_ids() == [
-        "docs-a-txt-0", "docs-a-txt-1", "docs-a-txt-2", "docs-c-html-0", "docs-d-txt-0"
+        "docs-a-txt-0",
+        "docs-a-txt-1",
+        "docs-a-txt-2",
+        "docs-c-html-0",
+        "docs-d-txt-0",
     ]
 
     third = index_paths(store, [docs], chunk_size=200, overlap=0)
@@ -102,8 +112,12 @@ def test_titles_and_chunk_metadata(tmp_path: Path, store: LocalStore):
     }
     meta = hits["kb-guide-md-0"].metadata
     assert meta == {
-        "dept": "hr", "year": 2024, "chunk": 0, "title": "Leave policy",
-        "file_name": "guide.md", "source_path": str((tmp_path / "kb" / "guide.md").resolve()),
+        "dept": "hr",
+        "year": 2024,
+        "chunk": 0,
+        "title": "Leave policy",
+        "file_name": "guide.md",
+        "source_path": str((tmp_path / "kb" / "guide.md").resolve()),
     }
     assert "var" not in hits["kb-page-html-0"].content
 
@@ -140,7 +154,12 @@ def test_unreadable_files_are_reported_and_skipped(
     report = index_paths(store, [docs, explicit, tmp_path / "missing.txt"])
     reasons = {Path(f.path).name: f.reason for f in report.failed}
     assert sorted(reasons) == [
-        "binary.txt", "corrupt.pdf", "empty.txt", "locked.md", "missing.txt", "report.docx"
+        "binary.txt",
+        "corrupt.pdf",
+        "empty.txt",
+        "locked.md",
+        "missing.txt",
+        "report.docx",
     ]
     assert "binary" in reasons["binary.txt"]
     assert "unreadable PDF" in reasons["corrupt.pdf"]
@@ -198,7 +217,8 @@ def test_progress_reports_every_file(tmp_path: Path, store: LocalStore):
     events: list[IndexProgress] = []
     index_paths(store, [tmp_path / "d"], progress=events.append)
     assert [(e.done, e.total, Path(e.path).name, e.status) for e in events] == [
-        (1, 2, "a.txt", "indexed"), (2, 2, "b.txt", "indexed")
+        (1, 2, "a.txt", "indexed"),
+        (2, 2, "b.txt", "indexed"),
     ]
 
 

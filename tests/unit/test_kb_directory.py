@@ -28,10 +28,20 @@ async def test_create_add_index_and_reload(tmp_path: Path) -> None:
         "name": "company",
         "description": "HR",
         "sources": [
-            {"name": "handbook", "description": "The employee handbook",
-             "database": "handbook.sqlite", "embeddings": False, "kind": "local"},
-            {"name": "empty", "description": "", "database": "empty.sqlite",
-             "embeddings": False, "kind": "local"},
+            {
+                "name": "handbook",
+                "description": "The employee handbook",
+                "database": "handbook.sqlite",
+                "embeddings": False,
+                "kind": "local",
+            },
+            {
+                "name": "empty",
+                "description": "",
+                "database": "empty.sqlite",
+                "embeddings": False,
+                "kind": "local",
+            },
         ],
     }
     kb.close()
@@ -43,7 +53,9 @@ async def test_create_add_index_and_reload(tmp_path: Path) -> None:
     assert sources is not reopened.open_sources()  # a new list...
     assert sources[0] is reopened.open_sources()[0]  # ...of the same opened sources
     assert [(s.name, s.kind, s.description) for s in sources] == [
-        ("handbook", "local", "The employee handbook"), ("empty", "local", "")]
+        ("handbook", "local", "The employee handbook"),
+        ("empty", "local", ""),
+    ]
     hits = await sources[0].search(SearchQuery(text="paid leave days", filter="dept eq 'hr'"))
     assert [h.doc_key for h in hits] == ["handbook-leave-md-0"]
     assert await sources[1].search(SearchQuery(text="leave")) == []

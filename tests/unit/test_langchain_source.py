@@ -30,14 +30,26 @@ from agentic_retrieval.sources.langchain import (
 from agentic_retrieval.testing import HashingEmbeddings
 
 DOCS = [
-    Document(id="volcano", page_content="Volcano eruptions spread ash over the island.",
-             metadata={"title": "Volcanoes", "topic": "geology", "year": 2019}),
-    Document(id="reef", page_content="Coral reef bleaching follows warm ocean water.",
-             metadata={"title": "Reefs", "topic": "ocean", "year": 2021}),
-    Document(id="ocean-ash", page_content="Volcanic ash falls into the ocean near the island.",
-             metadata={"title": "Ash at sea", "topic": "ocean", "year": 2016}),
-    Document(id="ice", page_content="Sea ice shrinks each summer in the Arctic ocean.",
-             metadata={"title": "Arctic ice", "topic": "ice", "year": 2022}),
+    Document(
+        id="volcano",
+        page_content="Volcano eruptions spread ash over the island.",
+        metadata={"title": "Volcanoes", "topic": "geology", "year": 2019},
+    ),
+    Document(
+        id="reef",
+        page_content="Coral reef bleaching follows warm ocean water.",
+        metadata={"title": "Reefs", "topic": "ocean", "year": 2021},
+    ),
+    Document(
+        id="ocean-ash",
+        page_content="Volcanic ash falls into the ocean near the island.",
+        metadata={"title": "Ash at sea", "topic": "ocean", "year": 2016},
+    ),
+    Document(
+        id="ice",
+        page_content="Sea ice shrinks each summer in the Arctic ocean.",
+        metadata={"title": "Arctic ice", "topic": "ice", "year": 2022},
+    ),
 ]
 
 
@@ -57,8 +69,12 @@ async def test_vector_store_hits_are_ranked_with_relevance_scores(store):
 
     assert [h.doc_key for h in hits] == ["volcano", "ocean-ash"]
     assert hits[0] == Hit(
-        doc_key="volcano", content=DOCS[0].page_content, title="Volcanoes", source="earth",
-        score=hits[0].score, metadata=DOCS[0].metadata,
+        doc_key="volcano",
+        content=DOCS[0].page_content,
+        title="Volcanoes",
+        source="earth",
+        score=hits[0].score,
+        metadata=DOCS[0].metadata,
     )
     assert 0 < hits[1].score < hits[0].score <= 1
 
@@ -122,7 +138,9 @@ async def test_retriever_without_translator_rejects_filters():
     assert info.value.code == "FilterNotSupported"
     assert str(info.value).startswith("filters not supported by this source: KeywordRetriever")
     assert [h.doc_key for h in await source.search(SearchQuery(text="ocean"))] == [
-        "reef", "ocean-ash", "ice"
+        "reef",
+        "ocean-ash",
+        "ice",
     ]
 
 
@@ -171,9 +189,9 @@ async def test_doc_key_from_metadata_field_id_or_content_hash():
     ]
     retriever = KeywordRetriever(documents=documents)
 
-    by_field = await LangChainKnowledgeSource(
-        "kw", retriever, key_metadata_field="chunk"
-    ).search(SearchQuery(text="alpha"))
+    by_field = await LangChainKnowledgeSource("kw", retriever, key_metadata_field="chunk").search(
+        SearchQuery(text="alpha")
+    )
 
     assert [h.doc_key for h in by_field] == ["c-1", "doc-2", content_key("alpha again")]
     assert content_key("alpha again") == "sha1:" + hashlib.sha1(b"alpha again").hexdigest()[:16]
@@ -190,17 +208,31 @@ def test_rejects_objects_that_are_not_retrievers_or_stores():
         ("topic eq 'ocean'", {"topic": {"$eq": "ocean"}}),
         ("year ge 2020", {"year": {"$gte": 2020}}),
         ("2020 lt year", {"year": {"$gt": 2020}}),
-        ("topic ne 'ice' and year le 2021 and year gt 2000",
-         {"$and": [{"topic": {"$ne": "ice"}}, {"year": {"$lte": 2021}}, {"year": {"$gt": 2000}}]}),
-        ("topic eq 'ice' or topic eq 'ocean'",
-         {"$or": [{"topic": {"$eq": "ice"}}, {"topic": {"$eq": "ocean"}}]}),
+        (
+            "topic ne 'ice' and year le 2021 and year gt 2000",
+            {
+                "$and": [
+                    {"topic": {"$ne": "ice"}},
+                    {"year": {"$lte": 2021}},
+                    {"year": {"$gt": 2000}},
+                ]
+            },
+        ),
+        (
+            "topic eq 'ice' or topic eq 'ocean'",
+            {"$or": [{"topic": {"$eq": "ice"}}, {"topic": {"$eq": "ocean"}}]},
+        ),
         ("search.in(topic, 'ice,ocean')", {"topic": {"$in": ["ice", "ocean"]}}),
-        ("not (year gt 2020 or topic eq 'ice')",
-         {"$and": [{"year": {"$lte": 2020}}, {"topic": {"$ne": "ice"}}]}),
+        (
+            "not (year gt 2020 or topic eq 'ice')",
+            {"$and": [{"year": {"$lte": 2020}}, {"topic": {"$ne": "ice"}}]},
+        ),
         ("not search.in(topic, 'ice')", {"topic": {"$nin": ["ice"]}}),
         ("reviewed", {"reviewed": {"$eq": True}}),
-        ("(a eq 1 or b eq 2) and c eq 3",
-         {"$and": [{"$or": [{"a": {"$eq": 1}}, {"b": {"$eq": 2}}]}, {"c": {"$eq": 3}}]}),
+        (
+            "(a eq 1 or b eq 2) and c eq 3",
+            {"$and": [{"$or": [{"a": {"$eq": 1}}, {"b": {"$eq": 2}}]}, {"c": {"$eq": 3}}]},
+        ),
     ],
 )
 def test_odata_to_chroma_where(odata, where):

@@ -88,10 +88,31 @@ def test_title_weighs_more_than_content(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "query",
     [
-        '"', "*", "-", ":", "()", ")(", "NEAR", "NEAR(solar wind, 2)", "AND OR NOT",
-        "solar AND", "content:solar", '"unbalanced solar', "solar*", "-solar", "^solar",
-        "{solar}", "'; DROP TABLE chunks; --", "ünïcödé 日本語 ☃", "", "   ", "a\x00b",
-        "solar + wind = ?", "'''", "\\", "%_",
+        '"',
+        "*",
+        "-",
+        ":",
+        "()",
+        ")(",
+        "NEAR",
+        "NEAR(solar wind, 2)",
+        "AND OR NOT",
+        "solar AND",
+        "content:solar",
+        '"unbalanced solar',
+        "solar*",
+        "-solar",
+        "^solar",
+        "{solar}",
+        "'; DROP TABLE chunks; --",
+        "ünïcödé 日本語 ☃",
+        "",
+        "   ",
+        "a\x00b",
+        "solar + wind = ?",
+        "'''",
+        "\\",
+        "%_",
     ],
 )
 def test_fts_special_characters_never_raise(bm25_store: LocalStore, query: str) -> None:
@@ -117,10 +138,20 @@ def test_query_without_words_browses_in_order(bm25_store: LocalStore) -> None:
 
 
 FILTER_RECORDS = {
-    "r1": {"category": "guide", "year": 2019, "tags": ["hr", "benefits"], "active": True,
-           "published": "2019-05-01T10:00:00Z"},
-    "r2": {"category": "policy", "year": 2021, "tags": ["legal"], "active": False,
-           "published": "2021-06-01T00:00:00Z"},
+    "r1": {
+        "category": "guide",
+        "year": 2019,
+        "tags": ["hr", "benefits"],
+        "active": True,
+        "published": "2019-05-01T10:00:00Z",
+    },
+    "r2": {
+        "category": "policy",
+        "year": 2021,
+        "tags": ["legal"],
+        "active": False,
+        "published": "2021-06-01T00:00:00Z",
+    },
     "r3": {"category": "guide", "year": 2023, "tags": [], "rating": 4.5},
     "r4": {"category": "it's", "year": 2024, "tags": ["hr"], "owner": {"name": "ann"}},
 }
@@ -233,7 +264,8 @@ async def test_hybrid_search_finds_synonyms_lexical_misses(tmp_path: Path) -> No
     assert [h.doc_key for h in hits] == ["docs-auto-txt-0", "docs-car-txt-0"]
     assert hits[0].score == pytest.approx(1 / 61 + 1 / 61)  # first in both lists
     filtered = await hybrid.search(
-        SearchQuery(text="automobile", filter="file_name ne 'auto.txt'", top=2))
+        SearchQuery(text="automobile", filter="file_name ne 'auto.txt'", top=2)
+    )
     assert [h.doc_key for h in filtered] == ["docs-car-txt-0", "docs-fee-txt-0"]
 
 
@@ -271,8 +303,14 @@ async def test_many_concurrent_searches(tmp_path: Path) -> None:
     assert isinstance(source, KnowledgeSource)
     for key, text in BM25_CORPUS.items():
         add_raw(source.store, key, text)
-    queries = {"solar": "d0", "tidal sea": "d9", "geothermal rock": "d10", "nuclear atoms": "d8",
-               "grid operator": "d6", "insulation bills": "d11"}
+    queries = {
+        "solar": "d0",
+        "tidal sea": "d9",
+        "geothermal rock": "d10",
+        "nuclear atoms": "d8",
+        "grid operator": "d6",
+        "insulation bills": "d11",
+    }
     tasks = [source.search(SearchQuery(text=q, top=1)) for q in queries for _ in range(10)]
     results = await asyncio.gather(*tasks)
     expected = [key for key in queries.values() for _ in range(10)]
@@ -323,8 +361,9 @@ def test_reader_while_another_process_indexes(tmp_path: Path) -> None:
     db = tmp_path / "shared.sqlite"
     store = LocalStore(db)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    indexer = subprocess.Popen([sys.executable, "-c", INDEXER, str(db), str(docs), str(count)],
-                               env=env)
+    indexer = subprocess.Popen(
+        [sys.executable, "-c", INDEXER, str(db), str(docs), str(count)], env=env
+    )
     seen: list[int] = []
     deadline = time.monotonic() + 120
     try:
@@ -363,7 +402,9 @@ def test_large_indexes_generate_candidates_from_distinctive_terms(tmp_path, monk
     assert store._selective(match) == '"alpha" OR "beta"'
     keys = [h.doc_key for h in source.search_sync("common alpha beta", top=5)]
     assert keys[0] == "docs-d3-txt-0" and set(keys) == {
-        "docs-d3-txt-0", "docs-d7-txt-0", "docs-d9-txt-0"
+        "docs-d3-txt-0",
+        "docs-d7-txt-0",
+        "docs-d9-txt-0",
     }
     # with fewer than two rare terms the full query runs
     assert store._selective(store_module.fts_match_expression("common words alpha")) == (

@@ -50,16 +50,28 @@ def test_request_accepts_ga_and_preview_fields():
         ({"intents": [{"search": ""}]}, "intents.0.search"),
         ({"intents": [{"search": "x"}], "maxRuntimeInSeconds": 0}, "maxRuntimeInSeconds"),
         ({"intents": [{"search": "x"}], "maxRuntimeInSeconds": 301}, "maxRuntimeInSeconds"),
-        ({"intents": [{"search": "x"}], "retrievalReasoningEffort": {"kind": "high"}},
-         "retrievalReasoningEffort.kind"),
+        (
+            {"intents": [{"search": "x"}], "retrievalReasoningEffort": {"kind": "high"}},
+            "retrievalReasoningEffort.kind",
+        ),
         ({"intents": [{"search": "x"}], "outputMode": "grounded"}, "outputMode"),
         ({"intents": [{"search": "x"}], "maxOutputSize": -5}, "maxOutputSize"),
         ({"intents": [{"search": "x"}], "unknownField": 1}, "unknownField"),
-        ({"intents": [{"search": "x"}],
-          "knowledgeSourceParams": [{"knowledgeSourceName": "a", "rerankerThreshold": 5}]},
-         "knowledgeSourceParams.0.rerankerThreshold"),
-        ({"intents": [{"search": "x"}], "retrievalReasoningEffort": {"kind": "minimal"},
-          "outputMode": "answerSynthesis"}, "minimal"),
+        (
+            {
+                "intents": [{"search": "x"}],
+                "knowledgeSourceParams": [{"knowledgeSourceName": "a", "rerankerThreshold": 5}],
+            },
+            "knowledgeSourceParams.0.rerankerThreshold",
+        ),
+        (
+            {
+                "intents": [{"search": "x"}],
+                "retrievalReasoningEffort": {"kind": "minimal"},
+                "outputMode": "answerSynthesis",
+            },
+            "minimal",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(toy_source, body, field):
@@ -93,8 +105,10 @@ def test_sdk_request_serialises_to_a_request_we_accept():
         include_activity=True,
         knowledge_source_params=[
             sdk.SearchIndexKnowledgeSourceParams(
-                knowledge_source_name="transit", filter_add_on="year ge 2023",
-                include_references=True, include_reference_source_data=True,
+                knowledge_source_name="transit",
+                filter_add_on="year ge 2023",
+                include_references=True,
+                include_reference_source_data=True,
                 reranker_threshold=1.5,
             )
         ],
@@ -104,7 +118,9 @@ def test_sdk_request_serialises_to_a_request_we_accept():
     assert ours.max_output_size_in_tokens == 5000
     params = ours.knowledge_source_params[0]
     assert (params.kind, params.filter_add_on, params.reranker_threshold) == (
-        "searchIndex", "year ge 2023", 1.5
+        "searchIndex",
+        "year ge 2023",
+        1.5,
     )
 
 
@@ -174,11 +190,20 @@ def test_blank_intent_is_a_validation_error_naming_it(toy_source):
 
 
 def test_sdk_web_source_params_validate():
-    request = RetrieveRequest.model_validate({
-        "intents": [{"search": "x"}],
-        "knowledgeSourceParams": [{"knowledgeSourceName": "web", "kind": "web",
-                                   "count": 5, "freshness": "Week", "market": "en-US"}],
-    })
+    request = RetrieveRequest.model_validate(
+        {
+            "intents": [{"search": "x"}],
+            "knowledgeSourceParams": [
+                {
+                    "knowledgeSourceName": "web",
+                    "kind": "web",
+                    "count": 5,
+                    "freshness": "Week",
+                    "market": "en-US",
+                }
+            ],
+        }
+    )
     assert request.knowledge_source_params[0].count == 5
 
 

@@ -28,16 +28,42 @@ from agentic_retrieval.odata import (
 )
 
 RECORDS: dict[str, dict] = {
-    "r1": {"category": "guide", "year": 2019, "rating": 4.5, "active": True,
-           "tags": ["hr", "benefits"], "published": "2019-05-01T10:00:00Z",
-           "owner": {"name": "ann"}, "people": [{"name": "ann", "age": 30}]},
-    "r2": {"category": "policy", "year": 2021, "rating": 3.0, "active": False,
-           "tags": ["legal"], "published": "2021-01-01T00:00:00+02:00",
-           "owner": {"name": "bob"}, "people": [{"name": "bob", "age": 50}]},
-    "r3": {"category": "guide", "year": 2023, "rating": None, "active": True,
-           "tags": [], "published": "2023-12-31T23:59:59Z", "note": "it's here"},
-    "r4": {"category": "it's", "year": 2024, "tags": ["hr"], "published": "not a date",
-           "people": [{"name": "cy", "age": 20}, {"name": "di", "age": 61}]},
+    "r1": {
+        "category": "guide",
+        "year": 2019,
+        "rating": 4.5,
+        "active": True,
+        "tags": ["hr", "benefits"],
+        "published": "2019-05-01T10:00:00Z",
+        "owner": {"name": "ann"},
+        "people": [{"name": "ann", "age": 30}],
+    },
+    "r2": {
+        "category": "policy",
+        "year": 2021,
+        "rating": 3.0,
+        "active": False,
+        "tags": ["legal"],
+        "published": "2021-01-01T00:00:00+02:00",
+        "owner": {"name": "bob"},
+        "people": [{"name": "bob", "age": 50}],
+    },
+    "r3": {
+        "category": "guide",
+        "year": 2023,
+        "rating": None,
+        "active": True,
+        "tags": [],
+        "published": "2023-12-31T23:59:59Z",
+        "note": "it's here",
+    },
+    "r4": {
+        "category": "it's",
+        "year": 2024,
+        "tags": ["hr"],
+        "published": "not a date",
+        "people": [{"name": "cy", "age": 20}, {"name": "di", "age": 61}],
+    },
     "r5": {"year": "2020", "rating": 5, "tags": "hr", "published": 2020},
 }
 
@@ -51,8 +77,9 @@ def python_ids(text: str) -> list[str]:
 def db() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE records (id TEXT, metadata TEXT)")
-    conn.executemany("INSERT INTO records VALUES (?, ?)",
-                     [(k, json.dumps(v)) for k, v in RECORDS.items()])
+    conn.executemany(
+        "INSERT INTO records VALUES (?, ?)", [(k, json.dumps(v)) for k, v in RECORDS.items()]
+    )
     return conn
 
 
@@ -138,12 +165,14 @@ def test_literals_parse_to_python_values() -> None:
     assert parse_filter("x eq null") == Compare("eq", Field("x"), Literal(None))
     assert parse_filter("x ne false") == Compare("ne", Field("x"), Literal(False))
     assert parse_filter("d lt 2024-01-01T00:00:00Z") == Compare(
-        "lt", Field("d"), Literal(datetime(2024, 1, 1, tzinfo=UTC)))
+        "lt", Field("d"), Literal(datetime(2024, 1, 1, tzinfo=UTC))
+    )
     assert parse_filter("a/b/c eq 1").field.path == "a/b/c"  # type: ignore[union-attr]
     assert parse_filter("flag") == BoolField(Field("flag"))
     assert parse_filter("search.in(c, 'a, b')") == SearchIn(Field("c"), ("a", "b"))
     assert parse_filter("t/all(x: x gt 1)") == All(
-        Field("t"), "x", Compare("gt", Field("x"), Literal(1)))
+        Field("t"), "x", Compare("gt", Field("x"), Literal(1))
+    )
     assert parse_filter("t/any()") == Any_(Field("t"), None, None)
 
 
@@ -187,7 +216,7 @@ def test_odata_error_is_a_value_error() -> None:
     [
         "'; DROP TABLE records; --",
         "x' OR '1'='1",
-        "\" OR 1=1 --",
+        '" OR 1=1 --',
         "Ωμέγα ☃ 日本",
         "x'); DELETE FROM records; --",
     ],

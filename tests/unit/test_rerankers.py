@@ -73,8 +73,10 @@ class SyncOnlyCompressor:
     def compress_documents(self, documents: Sequence[Document], query: str) -> list[Document]:
         self.thread = threading.current_thread()
         return [
-            Document(page_content=d.page_content,
-                     metadata={**d.metadata, "relevance_score": self.table[d.page_content]})
+            Document(
+                page_content=d.page_content,
+                metadata={**d.metadata, "relevance_score": self.table[d.page_content]},
+            )
             for d in documents
         ]
 
@@ -124,8 +126,10 @@ async def test_compressor_that_rebuilds_metadata_is_matched_by_text() -> None:
 
 
 async def test_compressor_sees_title_and_index_and_sync_only_runs_in_thread() -> None:
-    hits = [Hit(doc_key="x", title="Fares", content="zone A costs 2.40"),
-            Hit(doc_key="y", content="bike docks")]
+    hits = [
+        Hit(doc_key="x", title="Fares", content="zone A costs 2.40"),
+        Hit(doc_key="y", content="bike docks"),
+    ]
     table = {"Fares\nzone A costs 2.40": 0.5, "bike docks": 1.0}
     compressor = SyncOnlyCompressor(table)
     scores = await CompressorReranker(compressor).ascore("fares", hits)
@@ -166,11 +170,13 @@ class HashingEmbeddings(Embeddings):
 
 
 async def test_embedding_cosines_and_calibration() -> None:
-    hits = hits_from({
-        "night": "night tram service hours friday",
-        "bikes": "bike docking rules",
-        "fares": "tram fares and zones",
-    })
+    hits = hits_from(
+        {
+            "night": "night tram service hours friday",
+            "bikes": "bike docking rules",
+            "fares": "tram fares and zones",
+        }
+    )
     reranker = EmbeddingReranker(HashingEmbeddings(), floor=0.15, ceil=0.65)
     cosines = await reranker.cosines("tram night service hours", hits)
     assert cosines == pytest.approx([4 / (2 * math.sqrt(5)), 0.0, 0.25])
@@ -194,12 +200,14 @@ async def test_embedding_batches_keep_hit_order() -> None:
 
 
 async def test_embedding_uses_title_and_handles_empty_and_zero_vectors() -> None:
-    hits = [Hit(doc_key="t", title="Lost property", content="office hours"),
-            Hit(doc_key="u", content="office hours"),
-            Hit(doc_key="z", content="!!!")]
+    hits = [
+        Hit(doc_key="t", title="Lost property", content="office hours"),
+        Hit(doc_key="u", content="office hours"),
+        Hit(doc_key="z", content="!!!"),
+    ]
     reranker = EmbeddingReranker(HashingEmbeddings(), floor=0.0, ceil=1.0)
     scores = await reranker.ascore("lost property", hits)
-    assert scores[0] == pytest.approx(4 * 2 / (2 ** 0.5 * 4 ** 0.5))
+    assert scores[0] == pytest.approx(4 * 2 / (2**0.5 * 4**0.5))
     assert scores[1:] == [0.0, 0.0]
     assert await reranker.ascore("x", []) == []
     with pytest.raises(ValueError):
@@ -225,8 +233,9 @@ class GraderChatModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> GraderChatModel:  # type: ignore[override]
         return self.model_copy(update={"tools": list(tools)})
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None,
-                  run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.calls.append(messages)
         message = self.responder(messages, len(self.calls))
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -251,8 +260,11 @@ def listwise_answer(messages: list[BaseMessage], call: int) -> AIMessage:
 
 
 def tool_message(name: str, args: dict[str, Any], call: int) -> AIMessage:
-    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"c{call}"}],
-                     usage_metadata=USAGE)
+    return AIMessage(
+        content="",
+        tool_calls=[{"name": name, "args": args, "id": f"c{call}"}],
+        usage_metadata=USAGE,
+    )
 
 
 def grader(responder: Responder, **kwargs: Any) -> tuple[LLMGraderReranker, GraderChatModel]:
@@ -301,8 +313,7 @@ async def test_missing_ids_score_zero_with_a_warning_and_grades_are_clamped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     def answer(messages: list[BaseMessage], call: int) -> AIMessage:
-        grades = [{"id": "p1", "grade": 7}, {"id": "[p3]", "grade": -2},
-                  {"id": "p9", "grade": 4}]
+        grades = [{"id": "p1", "grade": 7}, {"id": "[p3]", "grade": -2}, {"id": "p9", "grade": 4}]
         return tool_message("ListwiseGrades", {"grades": grades}, call)
 
     reranker, _ = grader(answer)
@@ -388,13 +399,15 @@ async def test_lexical_reranker_prefers_text_matches_over_shared_document_titles
     hits = [
         Hit(doc_key="fragment", title=title, content="• Food and supplements"),
         Hit(doc_key="cover", title=title, content=f"{title} for Northwind employees"),
-        Hit(doc_key="answer", title=title,
+        Hit(
+            doc_key="answer",
+            title=title,
             content="PerksPlus will reimburse fitness expenses up to $1000 per year. "
-                    "To reimburse an expense, submit the receipt."),
+            "To reimburse an expense, submit the receipt.",
+        ),
     ]
     scores = await LexicalReranker().ascore("How much does PerksPlus reimburse?", hits)
-    ranked = [h.doc_key for _, h in sorted(zip(scores, hits, strict=True),
-                                            key=lambda p: -p[0])]
+    ranked = [h.doc_key for _, h in sorted(zip(scores, hits, strict=True), key=lambda p: -p[0])]
     assert ranked[0] == "answer"
     assert ranked[-1] == "fragment"
     assert len(set(scores)) == 3  # no ties between chunks of one document

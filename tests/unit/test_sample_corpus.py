@@ -53,6 +53,8 @@ def test_multi_document_answers_follow_from_the_documents() -> None:
     assert two_zones in docs["riders/fares-and-zones.md"]
     assert "Students aged 16 to 25" in docs["riders/discounts.md"]
     # q13: the Annual Pass price is unchanged and seniors pay half
-    assert "| Annual Pass | $780.00 | $780.00 (unchanged) |" in docs[
-        "riders/notice-2025-07-fare-change.md"]
+    assert (
+        "| Annual Pass | $780.00 | $780.00 (unchanged) |"
+        in docs["riders/notice-2025-07-fare-change.md"]
+    )
     assert "reduced-fare Annual Pass costs $390.00" in docs["riders/discounts.md"]

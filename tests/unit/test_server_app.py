@@ -29,9 +29,14 @@ def doc_keys(body: dict) -> list[str]:
     return [ref["docKey"] for ref in body["references"]]
 
 
-@pytest.mark.parametrize("path", ["/knowledgebases/transit/retrieve",
-                                  "/knowledgebases('transit')/retrieve",
-                                  "/agents/transit/retrieve"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/knowledgebases/transit/retrieve",
+        "/knowledgebases('transit')/retrieve",
+        "/agents/transit/retrieve",
+    ],
+)
 def test_retrieve_both_path_forms(path):
     with client() as c:
         r = c.post(f"{path}?api-version={GA}", json=intents_body("student harbor pass"))
@@ -40,14 +45,18 @@ def test_retrieve_both_path_forms(path):
     assert doc_keys(body)[0] == "fare-pass"
     assert json.loads(body["response"][0]["content"][0]["text"])[0]["ref_id"] == 0
     assert {a["knowledgeSourceName"] for a in body["activity"] if "count" in a} == {
-        "fares", "hours"}
+        "fares",
+        "hours",
+    }
 
 
 @pytest.mark.parametrize("version", SUPPORTED_API_VERSIONS)
 def test_every_supported_api_version_is_accepted(version):
     with client() as c:
-        r = c.post(f"/knowledgebases/transit/retrieve?api-version={version}",
-                   json=intents_body("last tram sunday"))
+        r = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={version}",
+            json=intents_body("last tram sunday"),
+        )
     assert r.status_code == 200
     assert doc_keys(r.json())[0] == "hours-sunday"
 
@@ -76,14 +85,17 @@ def test_unknown_kb_and_unknown_source_are_404():
 
 def test_failing_source_gives_206_with_the_others_results():
     with client(FailingSource()) as c:
-        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
-                   json=intents_body("harbor pass students"))
+        r = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={GA}",
+            json=intents_body("harbor pass students"),
+        )
     assert r.status_code == 206
     body = r.json()
     assert doc_keys(body)[0] == "fare-pass"
     errors = [a for a in body["activity"] if a.get("error")]
     assert [(a["knowledgeSourceName"], a["error"]["code"]) for a in errors] == [
-        ("broken", "ServiceUnavailable")]
+        ("broken", "ServiceUnavailable")
+    ]
 
 
 def test_runtime_elapsed_with_nothing_ready_is_408():
@@ -92,18 +104,28 @@ def test_runtime_elapsed_with_nothing_ready_is_408():
 
     kb = KnowledgeBase([SlowSource(delay=10)], name="slowkb")
     with TestClient(create_app(kb, settings=kb_settings, mcp=False)) as c:
-        r = c.post(f"/knowledgebases/slowkb/retrieve?api-version={GA}",
-                   json=intents_body("anything", maxRuntimeInSeconds=1))
+        r = c.post(
+            f"/knowledgebases/slowkb/retrieve?api-version={GA}",
+            json=intents_body("anything", maxRuntimeInSeconds=1),
+        )
     assert r.status_code == 408
     assert r.json()["error"]["code"] == "RequestTimeout"
 
 
 def test_messages_with_a_scripted_planner():
-    plan = {"needs_retrieval": True,
-            "queries": [{"query": "last tram Sunday Hillcrest", "knowledge_sources": ["hours"]}]}
+    plan = {
+        "needs_retrieval": True,
+        "queries": [{"query": "last tram Sunday Hillcrest", "knowledge_sources": ["hours"]}],
+    }
     model = ScriptedChatModel(script={"QueryPlan": [plan]})
-    body = {"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "When can I get home on Sunday night?"}]}]}
+    body = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "When can I get home on Sunday night?"}],
+            }
+        ]
+    }
     with client(chat_model=model) as c:
         r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", json=body)
     assert r.status_code == 200
@@ -129,25 +151,37 @@ def keyed_client() -> TestClient:
     return client(settings=settings)
 
 
-@pytest.mark.parametrize("headers", [{}, {"api-key": "wrong"}, {"authorization": "Bearer nope"},
-                                     {"authorization": f"Basic {KEY}"}])
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"api-key": "wrong"}, {"authorization": "Bearer nope"}, {"authorization": f"Basic {KEY}"}],
+)
 def test_missing_or_wrong_key_is_401_without_kb_detail(headers):
     with keyed_client() as c:
-        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
-                   json=intents_body("x"), headers=headers)
-        r_unknown = c.post(f"/knowledgebases/nope/retrieve?api-version={GA}",
-                           json=intents_body("x"), headers=headers)
+        r = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={GA}",
+            json=intents_body("x"),
+            headers=headers,
+        )
+        r_unknown = c.post(
+            f"/knowledgebases/nope/retrieve?api-version={GA}",
+            json=intents_body("x"),
+            headers=headers,
+        )
     assert r.status_code == 401 and r_unknown.status_code == 401
     assert r.json() == r_unknown.json()  # no hint whether the KB exists
     assert "transit" not in r.text and "fares" not in r.text
 
 
-@pytest.mark.parametrize("headers", [{"api-key": KEY}, {"Authorization": f"Bearer {KEY}"},
-                                     {"api-key": QUERY_KEY}])
+@pytest.mark.parametrize(
+    "headers", [{"api-key": KEY}, {"Authorization": f"Bearer {KEY}"}, {"api-key": QUERY_KEY}]
+)
 def test_valid_keys_may_retrieve(headers):
     with keyed_client() as c:
-        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
-                   json=intents_body("bike unlock"), headers=headers)
+        r = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={GA}",
+            json=intents_body("bike unlock"),
+            headers=headers,
+        )
     assert r.status_code == 200
     assert doc_keys(r.json())[0] == "fare-bike"
 
@@ -190,8 +224,9 @@ def test_body_over_the_limit_is_413_before_parsing():
     settings = ServerSettings(read_env_keys=False, max_body_bytes=1000)
     with client(settings=settings) as c:
         r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", content=b"x" * 1001)
-        ok = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
-                    json=intents_body("fares"))
+        ok = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={GA}", json=intents_body("fares")
+        )
     assert r.status_code == 413
     assert r.json()["error"]["code"] == "RequestEntityTooLarge"
     assert ok.status_code == 200
@@ -235,7 +270,10 @@ def test_unknown_route_and_method_use_the_error_shape():
         missing = c.get("/nothing-here")
         wrong_method = c.get(f"/knowledgebases/transit/retrieve?api-version={GA}")
     assert missing.status_code == 404 and set(missing.json()["error"]) == {
-        "code", "message", "details"}
+        "code",
+        "message",
+        "details",
+    }
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
 
 
@@ -252,8 +290,11 @@ def parse_sse(text: str) -> list[tuple[str, dict]]:
 
 def test_event_stream_sends_progress_then_the_response():
     with client(FailingSource()) as c:
-        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
-                   json=intents_body("night tram"), headers={"accept": "text/event-stream"})
+        r = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={GA}",
+            json=intents_body("night tram"),
+            headers={"accept": "text/event-stream"},
+        )
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(r.text)
@@ -267,8 +308,11 @@ def test_event_stream_sends_progress_then_the_response():
 
 def test_event_stream_validation_errors_are_plain_400():
     with client() as c:
-        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
-                   json={"intents": []}, headers={"accept": "text/event-stream"})
+        r = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={GA}",
+            json={"intents": []},
+            headers={"accept": "text/event-stream"},
+        )
     assert r.status_code == 400
     assert r.headers["content-type"].startswith("application/json")
 
@@ -282,8 +326,11 @@ def test_event_stream_reports_a_failing_run_as_an_error_event(monkeypatch):
 
     monkeypatch.setattr(KnowledgeBase, "astream", broken_stream)
     with client() as c:
-        r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}",
-                   json=intents_body("night tram"), headers={"accept": "text/event-stream"})
+        r = c.post(
+            f"/knowledgebases/transit/retrieve?api-version={GA}",
+            json=intents_body("night tram"),
+            headers={"accept": "text/event-stream"},
+        )
     events = parse_sse(r.text)
     assert [name for name, _ in events] == ["planning", "error"]
     error = events[-1][1]
@@ -296,10 +343,15 @@ def test_2025_05_preview_target_index_params_are_accepted():
     body = {
         "messages": [{"role": "user", "content": [{"type": "text", "text": "night tram"}]}],
         "retrievalReasoningEffort": {"kind": "minimal"},
-        "targetIndexParams": [{
-            "indexName": "hours", "filterAddOn": None, "IncludeReferenceSourceData": True,
-            "rerankerThreshold": 0.5, "maxDocsForReranker": 250,
-        }],
+        "targetIndexParams": [
+            {
+                "indexName": "hours",
+                "filterAddOn": None,
+                "IncludeReferenceSourceData": True,
+                "rerankerThreshold": 0.5,
+                "maxDocsForReranker": 250,
+            }
+        ],
     }
     with client() as c:
         r = c.post("/agents/transit/retrieve?api-version=2025-05-01-preview", json=body)

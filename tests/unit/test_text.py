@@ -13,10 +13,17 @@ def test_accents_plurals_and_stopwords():
 def test_cjk_runs_become_bigrams_so_a_word_inside_a_sentence_matches():
     assert tokenize("带薪休假") == ["带薪", "薪休", "休假"]
     assert tokenize("東京2024年") == ["東京", "2024", "年"]
-    kb = KnowledgeBase([InMemoryKnowledgeSource("hr", [
-        {"key": "leave", "content": "员工每个月累积两天带薪休假"},
-        {"key": "remote", "content": "员工可以远程工作"},
-    ])])
+    kb = KnowledgeBase(
+        [
+            InMemoryKnowledgeSource(
+                "hr",
+                [
+                    {"key": "leave", "content": "员工每个月累积两天带薪休假"},
+                    {"key": "remote", "content": "员工可以远程工作"},
+                ],
+            )
+        ]
+    )
     response = kb.retrieve({"intents": [{"search": "带薪休假"}]})
     assert [r.doc_key for r in response.references] == ["leave"]
 

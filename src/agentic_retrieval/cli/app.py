@@ -129,29 +129,29 @@ def index(
     exists = directory.manifest_path.exists()
     if exists:
         directory.load()
-    _check_paths(paths, directory if exists and source in directory.source_names else None,
-                 source)
+    _check_paths(paths, directory if exists and source in directory.source_names else None, source)
     if not exists:
         directory.create(name=name or _kb_name_from(kb))
     directory.add_or_update_source(source, description=description, embeddings=embeddings)
     # the report below lists every failed file once: silence the per-file log lines
-    with _quiet("agentic_retrieval.sources.local", "pypdf"), \
-            _index_progress(f"indexing into {source}") as progress:
+    with (
+        _quiet("agentic_retrieval.sources.local", "pypdf"),
+        _index_progress(f"indexing into {source}") as progress,
+    ):
         report = directory.index(source, paths, metadata=metadata or None, progress=progress)
     directory.close()
     _print_report(source, report)
 
 
-def _check_paths(
-    paths: list[Path], directory: KnowledgeBaseDirectory | None, source: str
-) -> None:
+def _check_paths(paths: list[Path], directory: KnowledgeBaseDirectory | None, source: str) -> None:
     """Reject missing paths, unless they were indexed before (then indexing removes them)."""
     missing = [p.expanduser().resolve() for p in paths if not p.exists()]
     if not missing:
         return
     indexed = directory.open_source(source).store.indexed_paths() if directory else []
     unknown = [
-        str(p) for p in missing
+        str(p)
+        for p in missing
         if not any(i == str(p) or i.startswith(str(p) + os.sep) for i in indexed)
     ]
     if unknown:
@@ -418,7 +418,11 @@ def _render_references(response: RetrieveResponse, top: int | None) -> None:
         data = ref.source_data or grounded.get(ref.id, {})
         page = data.get("page")
         table.add_row(
-            str(rank), ref.id, ref.doc_key or "", score, str(data.get("title") or ""),
+            str(rank),
+            ref.id,
+            ref.doc_key or "",
+            score,
+            str(data.get("title") or ""),
             "" if page is None else str(page),
         )
     out.print(table)
@@ -485,9 +489,7 @@ def serve(
     application = server.create_app(bases, settings=settings)
     if not settings.keys().enabled:
         err.print("warning: no API key configured; the server accepts every request")
-    err.print(
-        f"serving {', '.join(names)} on http://{host}:{port}/knowledgebases/<name>/retrieve"
-    )
+    err.print(f"serving {', '.join(names)} on http://{host}:{port}/knowledgebases/<name>/retrieve")
     uvicorn.run(application, host=host, port=port, log_level="info")
 
 
@@ -592,4 +594,3 @@ def expected_rank(response: RetrieveResponse, files: list[str]) -> int | None:
         if any((ref.doc_key or "").startswith(slug) for slug in slugs):
             return rank
     return None
-

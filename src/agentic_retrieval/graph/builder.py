@@ -88,9 +88,7 @@ def build_graph(
 
     builder.add_edge(START, "route_intent")
     builder.add_conditional_edges("route_intent", routing.after_route_intent)
-    builder.add_conditional_edges(
-        "plan_queries", routing.dispatch_searches, ["search", "rerank"]
-    )
+    builder.add_conditional_edges("plan_queries", routing.dispatch_searches, ["search", "rerank"])
     builder.add_edge("search", "rerank")
     builder.add_conditional_edges("rerank", routing.after_rerank)
     builder.add_conditional_edges(

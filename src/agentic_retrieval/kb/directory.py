@@ -103,7 +103,8 @@ class KnowledgeBaseDirectory:
             raise KnowledgeBaseDirectoryError(f"no knowledge base directory at {self.path}")
         if not self.manifest_path.is_file():
             raise KnowledgeBaseDirectoryError(
-                f"{self.path} is not a knowledge base: {MANIFEST_NAME} is missing")
+                f"{self.path} is not a knowledge base: {MANIFEST_NAME} is missing"
+            )
         try:
             data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
             entries = [SourceEntry(**_entry_fields(raw)) for raw in data.get("sources", [])]
@@ -146,10 +147,12 @@ class KnowledgeBaseDirectory:
         current = self._entries.get(name)
         entry = SourceEntry(
             name=name,
-            description=description if description is not None
+            description=description
+            if description is not None
             else (current.description if current else ""),
             database=current.database if current else f"{name}.sqlite",
-            embeddings=embeddings if embeddings is not None
+            embeddings=embeddings
+            if embeddings is not None
             else (current.embeddings if current else False),
         )
         with self._lock:
@@ -240,7 +243,8 @@ class KnowledgeBaseDirectory:
         if entry is None:
             known = ", ".join(self._entries) or "none"
             raise KnowledgeBaseDirectoryError(
-                f"knowledge base {self.name!r} has no source {name!r} (sources: {known})")
+                f"knowledge base {self.name!r} has no source {name!r} (sources: {known})"
+            )
         return entry
 
     def _require_loaded(self) -> KnowledgeBaseDirectory:
@@ -262,7 +266,8 @@ class KnowledgeBaseDirectory:
 def _check_name(name: str, what: str) -> None:
     if not _NAME.match(name):
         raise KnowledgeBaseDirectoryError(
-            f"invalid {what} name {name!r}: use letters, digits, '-' and '_' (max 128)")
+            f"invalid {what} name {name!r}: use letters, digits, '-' and '_' (max 128)"
+        )
 
 
 def _entry_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -294,7 +299,8 @@ def _resolve_embeddings(
         # reading still works on the lexical half of a hybrid index
         logger.warning(
             "source %r was indexed with vectors but the [local] extra is not installed: "
-            "searching it lexically only", entry.name,
+            "searching it lexically only",
+            entry.name,
         )
         return None
     return local_embeddings()

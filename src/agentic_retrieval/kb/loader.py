@@ -126,6 +126,7 @@ def build_sample_kb(
     corpus = sample_corpus_dir()
     for entry in json.loads((corpus / "sources.json").read_text(encoding="utf-8")):
         directory.add_or_update_source(entry["name"], description=entry["description"])
-        directory.index(entry["name"], [corpus / entry["folder"]], progress=progress,
-                        embeddings=False)
+        directory.index(
+            entry["name"], [corpus / entry["folder"]], progress=progress, embeddings=False
+        )
     return directory

@@ -95,8 +95,7 @@ class ChatModels:
             os.environ.get(MODEL_ENV_VAR),
         )
         return any(
-            isinstance(c, BaseChatModel) or (isinstance(c, str) and c.strip())
-            for c in candidates
+            isinstance(c, BaseChatModel) or (isinstance(c, str) and c.strip()) for c in candidates
         )
 
 

@@ -72,8 +72,10 @@ def source_params(state: RetrievalState) -> dict[str, KnowledgeSourceParams]:
     """The caller's per-source overrides, by source name."""
     params = {}
     for raw in state.get("knowledge_source_params") or []:
-        item = raw if isinstance(raw, KnowledgeSourceParams) else (
-            KnowledgeSourceParams.model_validate(raw)
+        item = (
+            raw
+            if isinstance(raw, KnowledgeSourceParams)
+            else (KnowledgeSourceParams.model_validate(raw))
         )
         params[item.knowledge_source_name] = item
     return params

@@ -83,9 +83,7 @@ async def _assess(
         today=today(), max_subqueries=context.max_subqueries, previous_queries=previous
     )
     passages, _ = format_passages(state.get("ranked") or [], EVIDENCE_PASSAGE_CHARS)
-    question = last_user_text(state.get("messages") or []) or "; ".join(
-        state.get("intents") or []
-    )
+    question = last_user_text(state.get("messages") or []) or "; ".join(state.get("intents") or [])
     wall, clock = time.time(), time.perf_counter()
     result = await structured_call(
         model,

@@ -45,9 +45,3 @@ def make_plan_queries(bindings: Bindings) -> NodeFn:
         return {"subqueries": resolved, "planned": [], "round_to_search": 0}
 
     return plan_queries
-
-
-
-
-
-

@@ -55,8 +55,9 @@ def make_rerank(bindings: Bindings) -> NodeFn:
             timed_out = True
             scores, _, usage = await _score(LexicalReranker(), candidates, queries)
             error = error_detail(
-                "Timeout", f"reranker {bindings.reranker.name} ran out of time; "
-                "candidates were ranked by lexical coverage instead"
+                "Timeout",
+                f"reranker {bindings.reranker.name} ran out of time; "
+                "candidates were ranked by lexical coverage instead",
             )
         selection = select(candidates, scores, source_params(state), context)
         record: dict[str, Any] = {
@@ -192,7 +193,11 @@ async def _score_one(
         scores, usage = await reranker.ascore(query, group), {}
     if len(scores) != len(group):
         raise ValueError(f"reranker returned {len(scores)} scores for {len(group)} hits")
-    return group, list(scores), {
-        "inputTokens": int(usage.get("input_tokens", usage.get("inputTokens", 0)) or 0),
-        "outputTokens": int(usage.get("output_tokens", usage.get("outputTokens", 0)) or 0),
-    }
+    return (
+        group,
+        list(scores),
+        {
+            "inputTokens": int(usage.get("input_tokens", usage.get("inputTokens", 0)) or 0),
+            "outputTokens": int(usage.get("output_tokens", usage.get("outputTokens", 0)) or 0),
+        },
+    )

@@ -65,22 +65,32 @@ def _summary_entries(
     logged = state.get("activity_log") or []
     if context.reasoning_effort != "minimal" and not state.get("intents"):
         usage = total_usage(logged)
-        entries.append(ActivityEntry(key="reasoning", started=now, record={
-            "type": "agenticReasoning",
-            "retrievalReasoningEffort": {"kind": context.reasoning_effort},
-            "reasoningTokens": usage.reasoning_tokens,
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-            "iterations": state.get("iteration") or 0,
-        }))
+        entries.append(
+            ActivityEntry(
+                key="reasoning",
+                started=now,
+                record={
+                    "type": "agenticReasoning",
+                    "retrievalReasoningEffort": {"kind": context.reasoning_effort},
+                    "reasoningTokens": usage.reasoning_tokens,
+                    "inputTokens": usage.input_tokens,
+                    "outputTokens": usage.output_tokens,
+                    "iterations": state.get("iteration") or 0,
+                },
+            )
+        )
     if timed_out:
         message = (
             f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed; "
             "the response holds what was ready"
         )
-        entries.append(ActivityEntry(key="timeout", started=now + 1e-6, record={
-            "type": "runtimeLimit", "error": error_detail("Timeout", message)
-        }))
+        entries.append(
+            ActivityEntry(
+                key="timeout",
+                started=now + 1e-6,
+                record={"type": "runtimeLimit", "error": error_detail("Timeout", message)},
+            )
+        )
     return entries
 
 

@@ -112,8 +112,13 @@ async def _plan(
     )
     plan = result.value
     entry = model_entry(
-        "plan", "modelQueryPlanning", started_wall=wall, started=clock, usage=result.usage,
-        error=result.error, error_code=result.error_code,
+        "plan",
+        "modelQueryPlanning",
+        started_wall=wall,
+        started=clock,
+        usage=result.usage,
+        error=result.error,
+        error_code=result.error_code,
     )
     if plan is not None and not plan.needs_retrieval:
         reply = plan.assistant_message.strip() or "How can I help?"

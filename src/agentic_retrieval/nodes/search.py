@@ -128,5 +128,3 @@ async def _run(
         message = f"knowledge source '{source.name}' returned malformed hits: {exc}"
         return [], error_detail("KnowledgeSourceError", message), False
     return valid[: query.top], None, False
-
-

@@ -53,8 +53,10 @@ def make_synthesize(bindings: Bindings) -> NodeFn:
         )
         if not ranked:
             topic = f": {question}" if question else ""
-            return {"response": prompts.NO_EVIDENCE_ANSWER.format(topic=topic),
-                    "grounded_ref_ids": []}
+            return {
+                "response": prompts.NO_EVIDENCE_ANSWER.format(topic=topic),
+                "grounded_ref_ids": [],
+            }
         left = remaining_seconds(state.get("started_at"), context)
         if left <= 0:
             return {**extractive, "timed_out": True}
@@ -80,7 +82,8 @@ async def _answer(
     params = source_params(state)
     # only passages that will be in the references may be cited
     citable = {
-        h.ref_id for h in shown
+        h.ref_id
+        for h in shown
         if h.source not in params or params[h.source].include_references is not False
     }
     evidence = state.get("evidence")
@@ -98,8 +101,12 @@ async def _answer(
     )
     if result.value is None or not result.value.answer.strip():
         entry = model_entry(
-            "answer", "modelAnswerSynthesis", started_wall=wall, started=clock,
-            usage=result.usage, error=result.error or "the answer was empty",
+            "answer",
+            "modelAnswerSynthesis",
+            started_wall=wall,
+            started=clock,
+            usage=result.usage,
+            error=result.error or "the answer was empty",
             error_code=result.error_code,
         )
         return {**extractive, "activity_log": [entry]}

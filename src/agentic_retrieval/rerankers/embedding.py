@@ -113,4 +113,3 @@ def cosine_similarities(query: Sequence[float], vectors: Sequence[Sequence[float
     dots = m @ q
     safe = np.where(norms > 0, norms, 1.0)
     return [float(x) for x in np.where(norms > 0, dots / safe, 0.0)]
-

@@ -79,7 +79,8 @@ class LexicalReranker:
         weights = {}
         for term in terms:
             df = sum(
-                1 for body, title in zip(bodies, titles, strict=True)
+                1
+                for body, title in zip(bodies, titles, strict=True)
                 if term in body or term in title
             )
             # +1 smoothing keeps a term every candidate shares from weighing zero

@@ -103,9 +103,7 @@ def _add_routes(app: FastAPI, registry: dict[str, KnowledgeBase], keys: ApiKeys)
         check_api_version(api_version)
         return describe(lookup(registry, name))
 
-    async def retrieve(
-        name: str, request: Request, api_version: str | None = ApiVersion
-    ) -> Any:
+    async def retrieve(name: str, request: Request, api_version: str | None = ApiVersion) -> Any:
         authorize(request, keys, "query")
         check_api_version(api_version)
         kb = lookup(registry, name)

@@ -179,8 +179,9 @@ class McpMounts:
         name = scope.get("path_params", {}).get("name", "")
         manager = self._managers.get(name)
         if manager is None:
-            error = ApiError(404, f"No knowledge base named '{name}' exists.",
-                             code="KnowledgeBaseNotFound")
+            error = ApiError(
+                404, f"No knowledge base named '{name}' exists.", code="KnowledgeBaseNotFound"
+            )
             await _send(send, error)
             return
         await manager.handle_request(scope, receive, send)

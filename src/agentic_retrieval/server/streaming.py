@@ -61,8 +61,7 @@ async def retrieve_events(
                 request_id = uuid.uuid4().hex
                 logger.error("streamed run %s failed", request_id, exc_info=item)
                 message = (
-                    f"An internal error occurred; quote request id {request_id} when "
-                    "reporting it."
+                    f"An internal error occurred; quote request id {request_id} when reporting it."
                 )
                 details = [{"code": "RequestId", "message": request_id}]
                 yield sse(

@@ -239,8 +239,11 @@ def upload_chunks(
         raise AzureSourceConfigurationError("InvalidArgument", "vector_field needs embed")
     documents = [
         chunk_to_document(
-            c, key_field=key_field, title_field=title_field,
-            content_field=content_field, metadata_fields=metadata_fields,
+            c,
+            key_field=key_field,
+            title_field=title_field,
+            content_field=content_field,
+            metadata_fields=metadata_fields,
         )
         for c in chunks
     ]
@@ -250,8 +253,11 @@ def upload_chunks(
             document[vector_field] = list(vector)
     report = UploadReport()
     sender = SearchIndexingBufferedSender(
-        endpoint, index_name, resolve_credential(credential),
-        auto_flush=False, initial_batch_action_count=batch_size,
+        endpoint,
+        index_name,
+        resolve_credential(credential),
+        auto_flush=False,
+        initial_batch_action_count=batch_size,
         on_progress=lambda action: report.succeeded.append(str(action[key_field])),
         on_error=lambda action: report.failed.append(str(action[key_field])),
         **client_kwargs,
@@ -261,7 +267,9 @@ def upload_chunks(
             sender.merge_or_upload_documents(documents[start : start + batch_size])
             sender.flush()
     logger.info(
-        "uploaded %d chunks to %s (%d failed)", len(report.succeeded), index_name,
+        "uploaded %d chunks to %s (%d failed)",
+        len(report.succeeded),
+        index_name,
         len(report.failed),
     )
     return report

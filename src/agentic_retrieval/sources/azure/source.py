@@ -36,8 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _AZURE_EXTRA_HINT = (
-    "the Azure AI Search source needs the [azure] extra: "
-    "pip install 'agentic-retrieval[azure]'"
+    "the Azure AI Search source needs the [azure] extra: pip install 'agentic-retrieval[azure]'"
 )
 
 # HTTP status -> SourceError code. 429 and 503 reach this table only once the SDK's retry

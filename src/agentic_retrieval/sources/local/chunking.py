@@ -92,8 +92,10 @@ class _Packer:
             else:
                 if self.fresh and len(_render(self.current)) >= self.size // 2:
                     self.close()
-                    if len(_render([*self.current, *sentences])) > self.size >= len(
-                        _render(sentences)
+                    if (
+                        len(_render([*self.current, *sentences]))
+                        > self.size
+                        >= len(_render(sentences))
                     ):
                         self.current = []  # a whole paragraph is worth more than the overlap
                 for sentence in sentences:

@@ -279,8 +279,9 @@ class _FileIndexer:
             if not chunks:
                 return self._fail(report, key, "no extractable text")
             vectors = self._embed(chunks)
-            state = FileState(key, slug, content_hash, fingerprint, stat.st_mtime, stat.st_size,
-                              len(chunks))
+            state = FileState(
+                key, slug, content_hash, fingerprint, stat.st_mtime, stat.st_size, len(chunks)
+            )
             self.store.replace_file(state, self.metadata, chunks, vectors)
         except (LoaderError, StoreError) as exc:
             return self._fail(report, key, str(exc))
@@ -314,8 +315,11 @@ class _FileIndexer:
                 }
                 if section.page is not None:
                     fields["page"] = section.page
-                records.append(ChunkRecord(f"{slug}-{ordinal}", ordinal, document.title, text,
-                                           section.page, fields))
+                records.append(
+                    ChunkRecord(
+                        f"{slug}-{ordinal}", ordinal, document.title, text, section.page, fields
+                    )
+                )
         return records
 
     def _embed(self, chunks: list[ChunkRecord]) -> list[list[float]] | None:

@@ -102,10 +102,32 @@ def _load_markdown(path: Path, data: bytes) -> LoadedDocument:
 
 class _HtmlText(HTMLParser):
     _SKIP = frozenset({"script", "style", "noscript", "template", "svg"})
-    _BLOCK = frozenset({
-        "p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article", "header",
-        "footer", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "hr", "main",
-    })
+    _BLOCK = frozenset(
+        {
+            "p",
+            "div",
+            "br",
+            "li",
+            "ul",
+            "ol",
+            "tr",
+            "table",
+            "section",
+            "article",
+            "header",
+            "footer",
+            "h1",
+            "h2",
+            "h3",
+            "h4",
+            "h5",
+            "h6",
+            "pre",
+            "blockquote",
+            "hr",
+            "main",
+        }
+    )
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -170,8 +192,18 @@ def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
         )
         meta_title = (reader.metadata.title if reader.metadata else None) or ""
     # pypdf raises its own errors but also bare KeyError/TypeError/... on damaged files.
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError,
-            AssertionError, RecursionError, ZeroDivisionError, OSError) as exc:
+    except (
+        PyPdfError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        AssertionError,
+        RecursionError,
+        ZeroDivisionError,
+        OSError,
+    ) as exc:
         raise LoaderError(f"unreadable PDF: {type(exc).__name__}: {exc}") from exc
     title = " ".join(str(meta_title).split())[:_MAX_TITLE] or title_from_filename(path)
     return LoadedDocument(title, sections)

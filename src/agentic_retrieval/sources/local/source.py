@@ -86,8 +86,13 @@ class LocalKnowledgeSource:
     ) -> IndexReport:
         """Index files and folders into this source (see :func:`index_paths`)."""
         return index_paths(
-            self.store, paths, metadata=metadata, embeddings=self.embeddings,
-            progress=progress, chunk_size=self.chunk_size, overlap=self.overlap,
+            self.store,
+            paths,
+            metadata=metadata,
+            embeddings=self.embeddings,
+            progress=progress,
+            chunk_size=self.chunk_size,
+            overlap=self.overlap,
         )
 
     def close(self) -> None:

@@ -250,9 +250,11 @@ class LocalStore:
         self._vector_lock = threading.Lock()
         self._closed = False
         self._connection().executescript(_SCHEMA)
-        trigger = self._connection().execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'chunks_ai'"
-        ).fetchone()
+        trigger = (
+            self._connection()
+            .execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'chunks_ai'")
+            .fetchone()
+        )
         # indexes built before CJK segmentation keep their triggers: query them unsegmented
         self.segmented = bool(trigger) and "fts_segment" in trigger[0]
         with self._write() as conn:
@@ -271,7 +273,9 @@ class LocalStore:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(
-                self.path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                self.path,
+                timeout=_BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
                 check_same_thread=False,  # used by its own thread only; close() may run elsewhere
             )
             conn.execute("PRAGMA journal_mode=WAL")
@@ -302,17 +306,22 @@ class LocalStore:
 
     def generation(self) -> int:
         """Return the counter bumped by every committed write."""
-        row = self._connection().execute(
-            "SELECT value FROM meta WHERE key = 'generation'"
-        ).fetchone()
+        row = (
+            self._connection().execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        )
         return int(row[0])
 
     def file_state(self, path: str) -> FileState | None:
         """Return what was indexed for ``path`` (an absolute path string), if anything."""
-        row = self._connection().execute(
-            "SELECT path, slug, content_hash, fingerprint, mtime, size, chunk_count "
-            "FROM files WHERE path = ?", (path,),
-        ).fetchone()
+        row = (
+            self._connection()
+            .execute(
+                "SELECT path, slug, content_hash, fingerprint, mtime, size, chunk_count "
+                "FROM files WHERE path = ?",
+                (path,),
+            )
+            .fetchone()
+        )
         return FileState(*row) if row else None
 
     def indexed_paths(self) -> list[str]:
@@ -322,16 +331,15 @@ class LocalStore:
 
     def slug_owner(self, slug: str) -> str | None:
         """Return the path whose chunks use ``slug``, if any."""
-        row = self._connection().execute(
-            "SELECT path FROM files WHERE slug = ?", (slug,)
-        ).fetchone()
+        row = (
+            self._connection().execute("SELECT path FROM files WHERE slug = ?", (slug,)).fetchone()
+        )
         return row[0] if row else None
 
     def chunk_ids(self) -> list[str]:
         """Every chunk id, in file then chunk order."""
         rows = self._connection().execute(
-            "SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id "
-            "ORDER BY f.path, c.ordinal"
+            "SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id ORDER BY f.path, c.ordinal"
         )
         return [r[0] for r in rows]
 
@@ -341,9 +349,11 @@ class LocalStore:
 
     def has_vectors(self) -> bool:
         """Whether any chunk carries a vector."""
-        row = self._connection().execute(
-            "SELECT 1 FROM chunks WHERE vector IS NOT NULL LIMIT 1"
-        ).fetchone()
+        row = (
+            self._connection()
+            .execute("SELECT 1 FROM chunks WHERE vector IS NOT NULL LIMIT 1")
+            .fetchone()
+        )
         return row is not None
 
     # ------------------------------------------------------------------ writes
@@ -374,16 +384,32 @@ class LocalStore:
             cursor = conn.execute(
                 "INSERT INTO files(path, slug, content_hash, fingerprint, mtime, size, metadata, "
                 "chunk_count, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, datetime('now'))",
-                (state.path, state.slug, state.content_hash, state.fingerprint, state.mtime,
-                 state.size, meta_json, len(chunks)),
+                (
+                    state.path,
+                    state.slug,
+                    state.content_hash,
+                    state.fingerprint,
+                    state.mtime,
+                    state.size,
+                    meta_json,
+                    len(chunks),
+                ),
             )
             file_id = cursor.lastrowid
             conn.executemany(
                 "INSERT INTO chunks(id, file_id, ordinal, title, content, page, metadata, vector) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (c.id, file_id, c.ordinal, c.title, c.content, c.page,
-                     json.dumps(dict(c.metadata), default=json_default, sort_keys=True), blob)
+                    (
+                        c.id,
+                        file_id,
+                        c.ordinal,
+                        c.title,
+                        c.content,
+                        c.page,
+                        json.dumps(dict(c.metadata), default=json_default, sort_keys=True),
+                        blob,
+                    )
                     for c, blob in zip(chunks, blobs, strict=True)
                 ],
             )
@@ -433,9 +459,9 @@ class LocalStore:
         return [row.tobytes() for row in array]
 
     def _dimension(self) -> int | None:
-        row = self._connection().execute(
-            "SELECT value FROM meta WHERE key = 'dimension'"
-        ).fetchone()
+        row = (
+            self._connection().execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+        )
         return int(row[0]) if row else None
 
     # ------------------------------------------------------------------ reads
@@ -559,24 +585,33 @@ class LocalStore:
         norm = float(np.linalg.norm(query))
         similarities = cache.matrix @ (query / norm if norm else query)
         if where != "1":
-            allowed = [r[0] for r in self._connection().execute(
-                f"SELECT c.rid FROM chunks c WHERE {where}", params)]
+            allowed = [
+                r[0]
+                for r in self._connection().execute(
+                    f"SELECT c.rid FROM chunks c WHERE {where}", params
+                )
+            ]
             mask = np.isin(cache.rids, np.asarray(allowed, dtype=np.int64))
             similarities = np.where(mask, similarities, -np.inf)
         count = min(depth, similarities.shape[0])
         best = np.argpartition(-similarities, count - 1)[:count]
         best = best[np.argsort(-similarities[best], kind="stable")]
-        return [(int(cache.rids[i]), float(similarities[i]))
-                for i in best if np.isfinite(similarities[i])]
+        return [
+            (int(cache.rids[i]), float(similarities[i]))
+            for i in best
+            if np.isfinite(similarities[i])
+        ]
 
     def _vector_matrix(self) -> _VectorCache:
         generation = self.generation()
         with self._vector_lock:
             if self._vectors.generation == generation:
                 return self._vectors
-            rows = self._connection().execute(
-                "SELECT rid, vector FROM chunks WHERE vector IS NOT NULL ORDER BY rid"
-            ).fetchall()
+            rows = (
+                self._connection()
+                .execute("SELECT rid, vector FROM chunks WHERE vector IS NOT NULL ORDER BY rid")
+                .fetchall()
+            )
             if rows:
                 matrix = np.vstack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
                 norms = np.linalg.norm(matrix, axis=1, keepdims=True)
@@ -591,10 +626,15 @@ class LocalStore:
         if not ranked:
             return []
         marks = ",".join("?" for _ in ranked)
-        rows = self._connection().execute(
-            f"SELECT rid, id, title, content, page, metadata FROM chunks WHERE rid IN ({marks})",
-            [rid for rid, _ in ranked],
-        ).fetchall()
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT rid, id, title, content, page, metadata FROM chunks "
+                f"WHERE rid IN ({marks})",
+                [rid for rid, _ in ranked],
+            )
+            .fetchall()
+        )
         by_rid = {row[0]: row for row in rows}
         hits = []
         for rid, score in ranked:
@@ -619,9 +659,7 @@ def reciprocal_rank_fusion(
 
 
 def _bump_generation(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
-    )
+    conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
 
 
 class _Transaction:
