@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, source_params
-from agentic_retrieval.rerankers.base import Reranker, clamp_score
+from agentic_retrieval.rerankers.base import Reranker, UsageReportingReranker, clamp_score
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState, RetrievedHit
 from agentic_retrieval.text import SKETCH_SIZE, jaccard, shingles, sketch
@@ -186,9 +186,8 @@ async def _score(
 async def _score_one(
     reranker: Reranker, query: str, group: list[RetrievedHit]
 ) -> tuple[list[RetrievedHit], list[float], dict[str, int]]:
-    with_usage = getattr(reranker, "ascore_with_usage", None)
-    if with_usage is not None:
-        scores, usage = await with_usage(query, group)
+    if isinstance(reranker, UsageReportingReranker):
+        scores, usage = await reranker.ascore_with_usage(query, group)
     else:
         scores, usage = await reranker.ascore(query, group), {}
     if len(scores) != len(group):

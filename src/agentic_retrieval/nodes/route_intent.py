@@ -28,6 +28,7 @@ from agentic_retrieval.nodes._shared import (
     transcript,
 )
 from agentic_retrieval.odata import ODataError, parse_filter
+from agentic_retrieval.sources.base import FilterableKnowledgeSource
 from agentic_retrieval.state import RetrievalState, Subquery
 from agentic_retrieval.wire.activity import error_detail, model_entry
 
@@ -173,7 +174,7 @@ def _describe_sources(bindings: Bindings, context: Context) -> str:
     for name, source in bindings.sources.items():
         if context.knowledge_sources is not None and name not in context.knowledge_sources:
             continue
-        fields = getattr(source, "filterable_fields", None)
+        fields = source.filterable_fields if isinstance(source, FilterableKnowledgeSource) else ()
         suffix = f" (filterable fields: {', '.join(fields)})" if fields else ""
         lines.append(f"- {name}: {source.description or 'no description'}{suffix}")
     return "\n".join(lines) or "- (no sources)"

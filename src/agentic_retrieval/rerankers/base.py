@@ -10,6 +10,10 @@ the same thing whichever reranker runs:
 - 0.0 - irrelevant
 
 Each implementation documents how it maps its native score onto this scale.
+
+A reranker that calls a model may also report the tokens it used: implement
+:class:`UsageReportingReranker` (``ascore_with_usage``) and the ``semanticReranker``
+activity record carries ``inputTokens`` / ``outputTokens``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,17 @@ class Reranker(Protocol):
 
     async def ascore(self, query: str, hits: Sequence[Hit]) -> list[float]:
         """Return one score in [0, 4] per hit, in the order of ``hits``."""
+        ...
+
+
+@runtime_checkable
+class UsageReportingReranker(Reranker, Protocol):
+    """Optional capability: a reranker that reports the tokens each scoring call used."""
+
+    async def ascore_with_usage(
+        self, query: str, hits: Sequence[Hit]
+    ) -> tuple[list[float], dict[str, int]]:
+        """Return :meth:`ascore`'s scores and ``{"inputTokens": n, "outputTokens": m}``."""
         ...
 
 

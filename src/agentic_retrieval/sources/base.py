@@ -1,15 +1,20 @@
 """The knowledge-source protocol every backend implements, and the hit it returns.
 
 A knowledge source answers one query at a time: ``await source.search(SearchQuery(...))``
-returns a ranked list of :class:`Hit`. The graph runs one search per (subquery, source) pair
-concurrently, so implementations must be safe to call from several tasks at once. A source
-signals failure by raising; the graph turns the exception into an error activity record and
-returns the other sources' results (a partial response), so a source should never swallow its
-own errors.
+returns a ranked list of :class:`Hit` (:class:`KnowledgeSource`, the one required protocol).
+A source may also offer optional capabilities, each declared here as its own protocol that
+the graph checks with ``isinstance``: :class:`FilterableKnowledgeSource` names the metadata
+fields its OData filters accept, so the planner can write filters on them.
+
+The graph runs one search per (subquery, source) pair concurrently, so implementations must
+be safe to call from several tasks at once. A source signals failure by raising; the graph
+turns the exception into an error activity record and returns the other sources' results (a
+partial response), so a source should never swallow its own errors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -90,4 +95,22 @@ class KnowledgeSource(Protocol):
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return hits for ``query``, best first, at most ``query.top`` of them."""
+        ...
+
+
+@runtime_checkable
+class FilterableKnowledgeSource(KnowledgeSource, Protocol):
+    """Optional capability: a source that names the fields its OData filters accept.
+
+    The planner lists these fields beside the source's description, so the model can write a
+    filter on them (``year ge 2024``); without them it sees the description only. Implement
+    it as a plain attribute or a property.
+
+    Attributes:
+        filterable_fields: Metadata field names usable in this source's filters.
+    """
+
+    @property
+    def filterable_fields(self) -> Sequence[str]:
+        """Metadata field names usable in this source's filters."""
         ...
