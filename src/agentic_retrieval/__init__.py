@@ -1,7 +1,11 @@
 """agentic-retrieval: agentic retrieval as a LangGraph graph you own."""
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
+from agentic_retrieval.errors import (
+    AgenticRetrievalError,
+    InvalidRequestError,
+    UnknownKnowledgeSourceError,
+)
 from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.base import Reranker
@@ -11,6 +15,7 @@ from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 
 __all__ = [
+    "AgenticRetrievalError",
     "Context",
     "Hit",
     "InMemoryKnowledgeSource",

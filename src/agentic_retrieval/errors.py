@@ -1,11 +1,160 @@
-"""Errors a caller can act on. The HTTP layer maps them to status codes."""
+"""Every exception the library raises on purpose, under one base class.
+
+``except AgenticRetrievalError`` catches them all. Each class also keeps the builtin base it
+has always had (``ValueError``, ``LookupError``, ``ImportError``, ``RuntimeError``), so code
+that catches those keeps working. The kinds:
+
+- :class:`InvalidRequestError`: the caller's request is wrong (HTTP 400);
+  :class:`UnknownKnowledgeSourceError` names a source that does not exist (HTTP 404).
+- :class:`ConfigurationError`: the library is set up wrong: no chat model, a model that
+  cannot be created, an unknown reranker, a missing extra, an Azure index that does not
+  match its source.
+- :class:`SourceError`: a knowledge source failed (the graph turns it into an error activity
+  record); :class:`FilterNotSupportedError` when it cannot apply a filter.
+- :class:`ODataError`: a filter that does not parse.
+- :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
+  read into it) or :class:`StoreError` (a store file that cannot be used).
+- :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
+- :class:`RerankError`: the LLM grader produced no scores and has no fallback.
+
+Each class is also importable from the module that raises it (e.g.
+``agentic_retrieval.odata.ODataError``). The interfaces' own errors stay outside this
+hierarchy: the server's ``ApiError`` and the command line's ``UserError`` are how an edge
+*reports* a failure (an HTTP status, an exit code), never raised to a library caller.
+"""
 
 from __future__ import annotations
 
 
-class InvalidRequestError(ValueError):
+class AgenticRetrievalError(Exception):
+    """Base class of every exception agentic-retrieval raises on purpose."""
+
+
+# --- the caller's request ------------------------------------------------------------------
+
+
+class InvalidRequestError(AgenticRetrievalError, ValueError):
     """The request is malformed or inconsistent (HTTP 400). The message names the field."""
 
 
 class UnknownKnowledgeSourceError(InvalidRequestError, LookupError):
     """The request names a knowledge source the knowledge base does not have (HTTP 404)."""
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+class ConfigurationError(AgenticRetrievalError):
+    """The library is configured in a way that cannot work; the message says what to set."""
+
+
+class ModelNotConfiguredError(ConfigurationError, ValueError):
+    """No chat model is configured for a role that needs one.
+
+    Args:
+        role: The role without a model (``planning``, ``evidence``, ``answer``).
+        env_var: The environment variable naming the default chat model.
+    """
+
+    def __init__(self, role: str, env_var: str) -> None:
+        super().__init__(
+            f"reasoning effort low/medium and answerSynthesis need a chat model for {role}: "
+            f"set {env_var} (e.g. openai:gpt-4.1-mini), pass chat_model= to "
+            "build_graph/KnowledgeBase, or use reasoning effort 'minimal'"
+        )
+        self.role = role
+
+
+class ModelUnavailableError(ConfigurationError, ValueError):
+    """A configured chat model cannot be created (unknown provider, missing credentials)."""
+
+
+class UnknownRerankerError(ConfigurationError, ValueError):
+    """No reranker has that name."""
+
+
+class MissingDependencyError(ConfigurationError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+
+class LocalEmbeddingsUnavailableError(MissingDependencyError):
+    """sentence-transformers or the bundled model package is not installed."""
+
+
+# --- knowledge sources ---------------------------------------------------------------------
+
+
+class SourceError(AgenticRetrievalError):
+    """A knowledge source failed in a way it can describe.
+
+    Args:
+        code: A short machine-readable code (``Unauthorized``, ``Timeout``...).
+        message: A human-readable explanation; must not contain secrets.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class FilterNotSupportedError(SourceError, ValueError):
+    """The source cannot apply the OData filter it was given."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("FilterNotSupported", message)
+
+
+class AzureSourceConfigurationError(SourceError, ConfigurationError, ValueError):
+    """The index an Azure source points at is missing or lacks a configured field.
+
+    Raised at construction time when ``validate=True``.
+    """
+
+
+# --- filters -------------------------------------------------------------------------------
+
+
+class ODataError(AgenticRetrievalError, ValueError):
+    """A filter that does not parse, or uses something this implementation does not support.
+
+    Attributes:
+        position: 0-based character offset in the filter text where the problem was found.
+        detail: The message without the position prefix.
+
+    """
+
+    def __init__(self, detail: str, position: int, text: str = "") -> None:
+        self.position = position
+        self.detail = detail
+        self.text = text
+        super().__init__(f"Invalid OData filter at position {position}: {detail}")
+
+
+# --- the embedded store --------------------------------------------------------------------
+
+
+class LocalStoreError(AgenticRetrievalError):
+    """The embedded store failed, or a file could not be read into it."""
+
+
+class LoaderError(LocalStoreError, ValueError):
+    """A file could not be turned into text (the reason is user-facing)."""
+
+
+class StoreError(LocalStoreError, RuntimeError):
+    """The store file is unusable (wrong schema, mismatched vector dimension...)."""
+
+
+# --- knowledge-base directories ------------------------------------------------------------
+
+
+class KnowledgeBaseDirectoryError(AgenticRetrievalError, ValueError):
+    """The directory, its manifest or a source name is missing or invalid."""
+
+
+# --- rerankers -----------------------------------------------------------------------------
+
+
+class RerankError(AgenticRetrievalError, RuntimeError):
+    """The grader could not produce scores and no fallback reranker was configured."""

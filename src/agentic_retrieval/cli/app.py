@@ -24,12 +24,10 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentic_retrieval.errors import InvalidRequestError
-from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.errors import AgenticRetrievalError, ODataError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
-from agentic_retrieval.llm.chat_models import ModelNotConfiguredError
-from agentic_retrieval.odata import ODataError, parse_filter
-from agentic_retrieval.rerankers.registry import UnknownRerankerError
+from agentic_retrieval.odata import parse_filter
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.wire.models import RetrieveResponse
@@ -54,7 +52,11 @@ KbOption = Annotated[Path, typer.Option("--kb", help="The knowledge-base directo
 
 
 class UserError(Exception):
-    """A mistake the user can fix; reported as one line and exit code 2."""
+    """A mistake the user can fix; reported as one line and exit code 2.
+
+    Not an :class:`~agentic_retrieval.errors.AgenticRetrievalError`: it is how the command
+    line reports its own argument mistakes, raised and caught inside a command only.
+    """
 
 
 def user_errors(command: F) -> F:
@@ -64,15 +66,9 @@ def user_errors(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (
-            UserError,
-            KnowledgeBaseDirectoryError,
-            InvalidRequestError,
-            ModelNotConfiguredError,
-            ODataError,
-            UnknownRerankerError,
-            ImportError,
-        ) as exc:
+        # ImportError: a third-party package missing below a lazy import the library did not
+        # wrap; its message names the package, which is enough to act on.
+        except (AgenticRetrievalError, UserError, ImportError) as exc:
             err.print(f"error: {exc}", markup=False, soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
 

@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import KnowledgeBaseDirectoryError as KnowledgeBaseDirectoryError
 from agentic_retrieval.sources.local import IndexReport, LocalKnowledgeSource, ProgressCallback
 
 MANIFEST_NAME = "knowledge-base.json"
@@ -39,10 +41,6 @@ EmbeddingsChoice = Embeddings | Literal[False] | None
 ``False`` to open every source lexical-only."""
 
 logger = logging.getLogger(__name__)
-
-
-class KnowledgeBaseDirectoryError(ValueError):
-    """The directory, its manifest or a source name is missing or invalid."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,26 +22,15 @@ from pydantic import BaseModel
 
 from agentic_retrieval.context import Context
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import ModelNotConfiguredError as ModelNotConfiguredError
+from agentic_retrieval.errors import ModelUnavailableError as ModelUnavailableError
+
 logger = logging.getLogger(__name__)
 
 MODEL_ENV_VAR = "AGENTIC_RETRIEVAL_CHAT_MODEL"
 Role = Literal["planning", "evidence", "answer"]
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
-
-
-class ModelUnavailableError(ValueError):
-    """A configured chat model cannot be created (unknown provider, missing credentials)."""
-
-
-class ModelNotConfiguredError(ValueError):
-    """No chat model is configured for a role that needs one."""
-
-    def __init__(self, role: str) -> None:
-        super().__init__(
-            f"reasoning effort low/medium and answerSynthesis need a chat model for {role}: "
-            f"set {MODEL_ENV_VAR} (e.g. openai:gpt-4.1-mini), pass chat_model= to "
-            "build_graph/KnowledgeBase, or use reasoning effort 'minimal'"
-        )
 
 
 @functools.lru_cache(maxsize=16)
@@ -83,7 +72,7 @@ class ChatModels:
                 return candidate
             if isinstance(candidate, str) and candidate.strip():
                 return _init_model(candidate.strip())
-        raise ModelNotConfiguredError(role)
+        raise ModelNotConfiguredError(role, MODEL_ENV_VAR)
 
     def is_configured(self, role: Role, context: Context) -> bool:
         """Whether :meth:`resolve` would find a model (without building one)."""

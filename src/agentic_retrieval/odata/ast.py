@@ -1,4 +1,4 @@
-"""The filter AST: immutable nodes, the comparison operators, and the parse error."""
+"""The filter AST: immutable nodes and the comparison operators."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal as TypingLiteral
 from typing import TypeAlias
+
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import ODataError as ODataError
 
 ComparisonOp: TypeAlias = TypingLiteral["eq", "ne", "gt", "ge", "lt", "le"]
 COMPARISON_OPS = ("eq", "ne", "gt", "ge", "lt", "le")
@@ -21,22 +24,6 @@ FLIPPED: dict[str, ComparisonOp] = {
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z_][A-Za-z0-9_]*)*\Z")
 DEFAULT_DELIMITERS = " ,"
-
-
-class ODataError(ValueError):
-    """A filter that does not parse, or uses something this implementation does not support.
-
-    Attributes:
-        position: 0-based character offset in the filter text where the problem was found.
-        detail: The message without the position prefix.
-
-    """
-
-    def __init__(self, detail: str, position: int, text: str = "") -> None:
-        self.position = position
-        self.detail = detail
-        self.text = text
-        super().__init__(f"Invalid OData filter at position {position}: {detail}")
 
 
 @dataclass(frozen=True, slots=True)

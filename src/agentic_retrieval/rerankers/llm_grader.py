@@ -40,6 +40,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import RerankError as RerankError
 from agentic_retrieval.prompts import (
     LISTWISE_GRADER_PROMPT,
     POINTWISE_GRADER_PROMPT,
@@ -67,10 +69,6 @@ class PointwiseGrade(BaseModel):
     """The grade of the single passage shown."""
 
     grade: float = Field(description="0 (irrelevant) to 4 (answers the query completely).")
-
-
-class RerankError(RuntimeError):
-    """The grader could not produce scores and no fallback reranker was configured."""
 
 
 class LLMGraderReranker:

@@ -10,15 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import UnknownRerankerError as UnknownRerankerError
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 
 RERANKER_ENV_VAR = "AGENTIC_RETRIEVAL_RERANKER"
-
-
-class UnknownRerankerError(ValueError):
-    """No reranker has that name."""
 
 
 def _embedding() -> Reranker:
@@ -51,7 +49,8 @@ def reranker_by_name(name: str | None = None) -> Reranker:
 
     Raises:
         UnknownRerankerError: An unknown name (the message lists the known ones).
-        ImportError: The reranker needs an extra that is not installed (named in the message).
+        MissingDependencyError: The reranker needs an extra that is not installed (named in
+            the message; an ``ImportError``).
     """
     chosen = (name or os.environ.get(RERANKER_ENV_VAR) or "default").strip().lower()
     factory = RERANKERS.get(chosen)

@@ -1,7 +1,9 @@
 """Errors in Azure's shape: ``{"error": {"code", "message", "details"}}``, for every status.
 
-Real bugs become a 500 carrying only a request id (the traceback goes to the log, never to
-the client).
+The library's errors map to statuses here and nowhere else (:func:`api_error_for`): the kinds
+a caller can fix become a 4xx with their message; every other kind (configuration, a store
+that cannot be opened...) is the service's problem and, like a real bug, becomes a 500
+carrying only a request id (the traceback goes to the log, never to the client).
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
+from agentic_retrieval.errors import (
+    AgenticRetrievalError,
+    InvalidRequestError,
+    UnknownKnowledgeSourceError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +43,20 @@ _CODES = {
 }
 
 
+CLIENT_ERRORS: tuple[tuple[type[AgenticRetrievalError], int, str], ...] = (
+    (UnknownKnowledgeSourceError, 404, "KnowledgeSourceNotFound"),
+    (InvalidRequestError, 400, "InvalidRequest"),
+)
+"""The library errors a caller can fix: (kind, HTTP status, error code), most specific first.
+Any other :class:`AgenticRetrievalError` answers 500."""
+
+
 class ApiError(Exception):
     """An error answered with its status code and the Azure error body.
+
+    Not an :class:`~agentic_retrieval.errors.AgenticRetrievalError`: it is how the server
+    reports a failure (library errors become one through :func:`api_error_for`), raised and
+    answered inside the server only.
 
     Args:
         status: The HTTP status code.
@@ -78,11 +96,22 @@ def error_body(code: str, message: str, details: list[dict[str, Any]] | None = N
     return {"error": {"code": code, "message": message, "details": details or []}}
 
 
-def from_request_error(exc: InvalidRequestError) -> ApiError:
-    """Map the library's request errors to 400 or 404."""
-    if isinstance(exc, UnknownKnowledgeSourceError):
-        return ApiError(404, str(exc), code="KnowledgeSourceNotFound")
-    return ApiError(400, str(exc))
+def api_error_for(exc: BaseException) -> ApiError | None:
+    """The 4xx answer to a library error the caller can fix, or ``None`` for any other error."""
+    for kind, status, code in CLIENT_ERRORS:
+        if isinstance(exc, kind):
+            return ApiError(status, str(exc), code=code)
+    return None
+
+
+def internal_error(request_id: str) -> ApiError:
+    """The 500 answer: a request id to quote, nothing of the exception itself."""
+    return ApiError(
+        500,
+        f"An internal error occurred; quote request id {request_id} when reporting it.",
+        details=[{"code": "RequestId", "message": request_id}],
+        headers={REQUEST_ID_HEADER: request_id},
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -92,9 +121,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
 
-    @app.exception_handler(InvalidRequestError)
-    async def _invalid(request: Request, exc: InvalidRequestError) -> JSONResponse:
-        return from_request_error(exc).response()
+    @app.exception_handler(AgenticRetrievalError)
+    async def _library(request: Request, exc: AgenticRetrievalError) -> JSONResponse:
+        error = api_error_for(exc)
+        return error.response() if error is not None else _internal(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -109,12 +139,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        request_id = getattr(request.state, "request_id", None) or uuid.uuid4().hex
-        logger.error("unhandled error in request %s", request_id, exc_info=exc)
-        error = ApiError(
-            500,
-            f"An internal error occurred; quote request id {request_id} when reporting it.",
-            details=[{"code": "RequestId", "message": request_id}],
-            headers={REQUEST_ID_HEADER: request_id},
-        )
-        return error.response()
+        return _internal(request, exc)
+
+
+def _internal(request: Request, exc: BaseException) -> JSONResponse:
+    request_id = getattr(request.state, "request_id", None) or uuid.uuid4().hex
+    logger.error("unhandled error in request %s", request_id, exc_info=exc)
+    return internal_error(request_id).response()

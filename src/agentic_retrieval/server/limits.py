@@ -123,8 +123,10 @@ def _with_request_id(send: Send, request_id: str) -> Send:
     async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers = list(message.get("headers", []))
-            headers.append((REQUEST_ID_HEADER.encode(), request_id.encode()))
-            message = {**message, "headers": headers}
+            name = REQUEST_ID_HEADER.encode()
+            if all(key.lower() != name for key, _ in headers):  # a 500 already carries it
+                headers.append((name, request_id.encode()))
+                message = {**message, "headers": headers}
         await send(message)
 
     return wrapped

@@ -9,9 +9,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
-from agentic_retrieval.server.errors import error_body
+from agentic_retrieval.server.errors import api_error_for, error_body, internal_error
 from agentic_retrieval.wire.models import RetrieveRequest
 
 logger = logging.getLogger(__name__)
@@ -53,21 +52,14 @@ async def retrieve_events(
                 return
             if item is None:
                 return
-            if isinstance(item, InvalidRequestError):
-                yield sse("error", {**error_body("InvalidRequest", str(item)), "status": 400})
-                return
             if isinstance(item, BaseException):
                 # headers (200) are already sent: the error must travel as an event
-                request_id = uuid.uuid4().hex
-                logger.error("streamed run %s failed", request_id, exc_info=item)
-                message = (
-                    f"An internal error occurred; quote request id {request_id} when reporting it."
-                )
-                details = [{"code": "RequestId", "message": request_id}]
-                yield sse(
-                    "error",
-                    {**error_body("InternalServerError", message, details), "status": 500},
-                )
+                error = api_error_for(item)
+                if error is None:
+                    request_id = uuid.uuid4().hex
+                    logger.error("streamed run %s failed", request_id, exc_info=item)
+                    error = internal_error(request_id)
+                yield sse("error", {**error.body(), "status": error.status})
                 return
             yield sse(str(item.get("event", "progress")), item)
     finally:

@@ -19,6 +19,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import FilterNotSupportedError as FilterNotSupportedError
+from agentic_retrieval.errors import SourceError as SourceError
+
 
 class SearchQuery(BaseModel):
     """One query sent to one knowledge source."""
@@ -56,27 +60,6 @@ class Hit(BaseModel):
     ``@search.rerankerScore``); rerankers may pass it through."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Filterable fields and provenance (path, page, url...), returned as ``sourceData``."""
-
-
-class SourceError(Exception):
-    """A knowledge source failed in a way it can describe.
-
-    Args:
-        code: A short machine-readable code (``Unauthorized``, ``Timeout``...).
-        message: A human-readable explanation; must not contain secrets.
-    """
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class FilterNotSupportedError(SourceError, ValueError):
-    """The source cannot apply the OData filter it was given."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("FilterNotSupported", message)
 
 
 @runtime_checkable

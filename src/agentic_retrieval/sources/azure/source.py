@@ -26,6 +26,9 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import AzureSourceConfigurationError as AzureSourceConfigurationError
+from agentic_retrieval.errors import MissingDependencyError
 from agentic_retrieval.odata import and_filters
 from agentic_retrieval.sources.base import Hit, SearchQuery, SourceError
 
@@ -52,18 +55,11 @@ _STATUS_CODES = {
 }
 
 
-class AzureSourceConfigurationError(SourceError, ValueError):
-    """The index the source points at is missing or lacks a configured field.
-
-    Raised at construction time when ``validate=True``.
-    """
-
-
 def _import_search_client() -> type[SearchClient]:
     try:
         from azure.search.documents import SearchClient
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise ImportError(_AZURE_EXTRA_HINT) from exc
+        raise MissingDependencyError(_AZURE_EXTRA_HINT) from exc
     return SearchClient
 
 
@@ -79,7 +75,8 @@ def resolve_credential(credential: Any) -> Any:
         A credential the ``SearchClient`` accepts.
 
     Raises:
-        ImportError: ``credential`` is ``None`` and azure-identity is not installed.
+        MissingDependencyError: ``credential`` is ``None`` and azure-identity is not
+            installed (an ``ImportError``).
 
     """
     if isinstance(credential, str):
@@ -91,7 +88,7 @@ def resolve_credential(credential: Any) -> Any:
     try:
         from azure.identity import DefaultAzureCredential
     except ImportError as exc:
-        raise ImportError(
+        raise MissingDependencyError(
             "no credential given and azure-identity is not installed: pass an "
             "AzureKeyCredential or install azure-identity for DefaultAzureCredential"
         ) from exc

@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import LoaderError as LoaderError
+
 SUPPORTED_EXTENSIONS = frozenset({".txt", ".md", ".markdown", ".html", ".htm", ".pdf"})
 _MAX_TITLE = 120
 _BINARY_SNIFF = 8192
-
-
-class LoaderError(ValueError):
-    """A file could not be turned into text (the reason is user-facing)."""
 
 
 @dataclass(frozen=True, slots=True)

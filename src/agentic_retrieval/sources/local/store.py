@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+# defined in errors.py; importable from here as before
+from agentic_retrieval.errors import StoreError as StoreError
 from agentic_retrieval.odata import Expr, to_sql
 
 logger = logging.getLogger(__name__)
@@ -103,10 +105,6 @@ SELECTIVE_MIN_CHUNKS = 20_000
 """Index size from which candidate generation skips very common query terms."""
 SELECTIVE_MAX_SHARE = 0.25
 """A query term in more than this share of the chunks counts as very common."""
-
-
-class StoreError(RuntimeError):
-    """The store file is unusable (wrong schema, mismatched vector dimension...)."""
 
 
 @dataclass(frozen=True, slots=True)
