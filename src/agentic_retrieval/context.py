@@ -3,19 +3,29 @@
 Pass it as ``graph.invoke(input, context=Context(...))`` (or set it in LangGraph Studio's
 configuration panel). Every field is serialisable; live objects (sources, chat models,
 rerankers) are bound when the graph is built, see :func:`agentic_retrieval.build_graph`.
+
+Each field's metadata holds its ``description`` and numeric bounds (``ge``/``le``), under the
+names pydantic's ``Field`` uses, so the JSON schema LangGraph derives for Studio shows them
+(``minimum``/``maximum``); two keys pydantic ignores serve the checks: ``expects`` names the
+expected value in error messages, ``placeholders`` lists a prompt's ``str.format`` fields with
+sample values. The annotation gives the type (integer, number, optional); ``__post_init__``
+checks every field against both in one loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+import math
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from agentic_retrieval import prompts
 
+MODEL_STRING = "a 'provider:model' string"
 ReasoningEffortKind = Literal["minimal", "low", "medium"]
 OutputMode = Literal["extractiveData", "answerSynthesis"]
 
@@ -44,96 +54,128 @@ class Context:
         metadata={
             "description": "provider:model for every role unless overridden (e.g. "
             "openai:gpt-4.1-mini). Falls back to the model bound at build time, then to "
-            "$AGENTIC_RETRIEVAL_CHAT_MODEL."
+            "$AGENTIC_RETRIEVAL_CHAT_MODEL.",
+            "expects": MODEL_STRING,
         },
     )
     planning_model: str | None = field(
-        default=None, metadata={"description": "provider:model for routing and planning."}
+        default=None,
+        metadata={
+            "description": "provider:model for routing and planning.",
+            "expects": MODEL_STRING,
+        },
     )
     evidence_model: str | None = field(
-        default=None, metadata={"description": "provider:model for evidence assessment."}
+        default=None,
+        metadata={
+            "description": "provider:model for evidence assessment.",
+            "expects": MODEL_STRING,
+        },
     )
     answer_model: str | None = field(
-        default=None, metadata={"description": "provider:model for answer synthesis."}
+        default=None,
+        metadata={"description": "provider:model for answer synthesis.", "expects": MODEL_STRING},
     )
     max_subqueries: int = field(
-        default=3, metadata={"description": "Most subqueries the planner may emit (1-10)."}
+        default=3,
+        metadata={"description": "Most subqueries the planner may emit.", "ge": 1, "le": 10},
     )
     max_iterations: int = field(
         default=1,
-        metadata={"description": "Follow-up retrieval rounds allowed at medium effort (0-5)."},
+        metadata={
+            "description": "Follow-up retrieval rounds allowed at medium effort.",
+            "ge": 0,
+            "le": 5,
+        },
     )
     search_top: int = field(
-        default=50, metadata={"description": "Hits requested from each source per subquery."}
+        default=50,
+        metadata={
+            "description": "Hits requested from each source per subquery.",
+            "ge": 1,
+            "le": 1000,
+        },
     )
     max_docs_for_reranker: int = field(
-        default=200, metadata={"description": "Most unique candidates sent to the reranker."}
+        default=200,
+        metadata={
+            "description": "Most unique candidates sent to the reranker.",
+            "ge": 1,
+            "le": 1000,
+        },
     )
     top_n: int = field(
-        default=10, metadata={"description": "Ranked chunks kept after reranking (1-200)."}
+        default=10,
+        metadata={"description": "Ranked chunks kept after reranking.", "ge": 1, "le": 200},
     )
     reranker_threshold: float | None = field(
         default=None,
         metadata={
             "description": "Drop candidates scoring under this on the 0-4 scale "
-            "(a source's rerankerThreshold overrides it)."
+            "(a source's rerankerThreshold overrides it).",
+            "ge": 0.0,
+            "le": 4.0,
         },
     )
     max_output_size: int = field(
         default=100_000,
-        metadata={"description": "Most characters in the grounding string (whole chunks)."},
+        metadata={
+            "description": "Most characters in the grounding string (whole chunks).",
+            "ge": 1,
+            "le": 10_000_000,
+        },
     )
     max_output_tokens: int | None = field(
         default=None,
-        metadata={"description": "Token bound on the grounding string (characters / 4)."},
+        metadata={
+            "description": "Token bound on the grounding string (characters / 4).",
+            "ge": 1,
+            "le": 2_500_000,
+        },
     )
     max_runtime_seconds: float = field(
-        default=60.0, metadata={"description": "Bound on the whole run (1-300 s)."}
+        default=60.0,
+        metadata={"description": "Bound on the whole run, in seconds.", "ge": 0.001, "le": 300},
     )
     source_timeout_seconds: float = field(
-        default=30.0, metadata={"description": "Bound on one source query."}
+        default=30.0,
+        metadata={"description": "Bound on one source query, in seconds.", "ge": 0.001, "le": 300},
     )
     knowledge_sources: list[str] | None = field(
         default=None,
-        metadata={"description": "Sources this run may use (None: every bound source)."},
+        metadata={
+            "description": "Sources this run may use (None: every bound source).",
+            "expects": "a list of source names",
+        },
     )
     routing_prompt: str = field(
         default=prompts.ROUTING_AND_PLANNING_PROMPT,
-        metadata={"description": "System prompt of the routing and planning call."},
+        metadata={
+            "description": "System prompt of the routing and planning call.",
+            "placeholders": {"today": "", "max_subqueries": 3, "sources": ""},
+        },
     )
     evidence_prompt: str = field(
         default=prompts.EVIDENCE_PROMPT,
-        metadata={"description": "System prompt of the evidence assessment call."},
+        metadata={
+            "description": "System prompt of the evidence assessment call.",
+            "placeholders": {"today": "", "max_subqueries": 3, "previous_queries": ""},
+        },
     )
     answer_prompt: str = field(
         default=prompts.ANSWER_PROMPT,
-        metadata={"description": "System prompt of the answer synthesis call."},
+        metadata={
+            "description": "System prompt of the answer synthesis call.",
+            "placeholders": {"today": "", "missing": "", "passages": ""},
+        },
     )
 
     def __post_init__(self) -> None:
-        """Validate types, ranges and prompts so a bad value fails loudly, naming the field."""
-        _check_types(self)
-        _check_prompts(self)
-        _check_range("max_subqueries", self.max_subqueries, 1, 10)
-        _check_range("max_iterations", self.max_iterations, 0, 5)
-        _check_range("search_top", self.search_top, 1, 1000)
-        _check_range("max_docs_for_reranker", self.max_docs_for_reranker, 1, 1000)
-        _check_range("top_n", self.top_n, 1, 200)
-        _check_range("max_output_size", self.max_output_size, 1, 10_000_000)
-        if self.max_output_tokens is not None:
-            _check_range("max_output_tokens", self.max_output_tokens, 1, 2_500_000)
-        _check_range("max_runtime_seconds", self.max_runtime_seconds, 0.001, 300)
-        _check_range("source_timeout_seconds", self.source_timeout_seconds, 0.001, 300)
-        if self.reranker_threshold is not None:
-            _check_range("reranker_threshold", self.reranker_threshold, 0.0, 4.0)
-        if self.reasoning_effort not in ("minimal", "low", "medium"):
-            raise ValueError(
-                f"reasoning_effort must be minimal, low or medium, not {self.reasoning_effort!r}"
-            )
-        if self.output_mode not in ("extractiveData", "answerSynthesis"):
-            raise ValueError(
-                f"output_mode must be extractiveData or answerSynthesis, not {self.output_mode!r}"
-            )
+        """Validate types, bounds and prompts so a bad value fails loudly, naming the field."""
+        for spec in fields(self):
+            _check_field(spec, getattr(self, spec.name))
+        if "{passages}" not in self.answer_prompt:
+            raise ValueError("answer_prompt must contain {passages}, or the model sees no evidence")
         if self.reasoning_effort == "minimal" and self.output_mode == "answerSynthesis":
             raise ValueError(
                 "output_mode answerSynthesis needs an LLM: reasoning_effort minimal cannot "
@@ -147,67 +189,71 @@ class Context:
         return cls(**{k: v for k, v in (values or {}).items() if k in names})
 
 
-_INTEGER_FIELDS = (
-    "max_subqueries",
-    "max_iterations",
-    "search_top",
-    "max_docs_for_reranker",
-    "top_n",
-    "max_output_size",
-)
-_NUMBER_FIELDS = ("max_runtime_seconds", "source_timeout_seconds")
-_OPTIONAL_TEXT_FIELDS = ("chat_model", "planning_model", "evidence_model", "answer_model")
-_PROMPT_PLACEHOLDERS: dict[str, dict[str, Any]] = {
-    "routing_prompt": {"today": "", "max_subqueries": 3, "sources": ""},
-    "evidence_prompt": {"today": "", "max_subqueries": 3, "previous_queries": ""},
-    "answer_prompt": {"today": "", "missing": "", "passages": ""},
-}
+def _check_field(spec: Field[Any], value: Any) -> None:
+    """Check ``value`` against the field's annotation and its metadata (bounds, placeholders)."""
+    name = spec.name
+    kind, optional = _HINTS[name]
+    if value is None and optional:
+        return
+    if get_origin(kind) is Literal:
+        choices = get_args(kind)
+        if value not in choices:
+            raise ValueError(f"{name} must be {_one_of(choices)}, not {value!r}")
+        return
+    if not _is_instance(value, kind):
+        expected = spec.metadata.get("expects") or _EXPECTS.get(kind, f"a {kind.__name__}")
+        raise ValueError(f"{name} must be {expected}, not {value!r}")
+    if "ge" in spec.metadata or "le" in spec.metadata:
+        low, high = spec.metadata.get("ge", -math.inf), spec.metadata.get("le", math.inf)
+        if not low <= value <= high:
+            raise ValueError(f"{name} must be between {low:g} and {high:g}, not {value!r}")
+    if "placeholders" in spec.metadata:
+        _check_placeholders(name, value, spec.metadata["placeholders"])
 
 
-def _check_types(context: Context) -> None:
-    for name in _INTEGER_FIELDS:
-        value = getattr(context, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, not {value!r}")
-    for name in _NUMBER_FIELDS:
-        value = getattr(context, name)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{name} must be a number, not {value!r}")
-    for name in _OPTIONAL_TEXT_FIELDS:
-        value = getattr(context, name)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"{name} must be a 'provider:model' string, not {value!r}")
-    sources = context.knowledge_sources
-    if sources is not None and (
-        isinstance(sources, str) or not all(isinstance(s, str) for s in sources)
-    ):
-        raise ValueError(f"knowledge_sources must be a list of source names, not {sources!r}")
-    tokens = context.max_output_tokens
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
-        raise ValueError(f"max_output_tokens must be an integer, not {tokens!r}")
+def _is_instance(value: Any, kind: Any) -> bool:
+    if isinstance(value, bool):  # a bool is an int to Python, never a count or a bound here
+        return kind is bool
+    if kind is float:
+        return isinstance(value, int | float)
+    if get_origin(kind) is list:
+        (item,) = get_args(kind)
+        return (
+            isinstance(value, Iterable)
+            and not isinstance(value, str)
+            and all(isinstance(v, item) for v in value)
+        )
+    return isinstance(value, kind)
 
 
-def _check_prompts(context: Context) -> None:
+def _one_of(choices: tuple[Any, ...]) -> str:
+    """``minimal, low or medium``."""
+    return f"{', '.join(map(str, choices[:-1]))} or {choices[-1]}"
+
+
+def _type_and_optionality(hint: Any) -> tuple[Any, bool]:
+    """``int | None`` -> ``(int, True)``; ``int`` -> ``(int, False)``."""
+    if get_origin(hint) in (Union, types.UnionType):
+        kinds = [a for a in get_args(hint) if a is not type(None)]
+        if len(kinds) == 1:
+            return kinds[0], len(kinds) < len(get_args(hint))
+    return hint, False
+
+
+_EXPECTS: dict[Any, str] = {int: "an integer", float: "a number", str: "a string"}
+_HINTS = {name: _type_and_optionality(hint) for name, hint in get_type_hints(Context).items()}
+
+
+def _check_placeholders(name: str, prompt: str, values: dict[str, Any]) -> None:
     """Prompts are filled with ``str.format``: check their placeholders now, not mid-run."""
-    for name, values in _PROMPT_PLACEHOLDERS.items():
-        prompt = getattr(context, name)
-        if not isinstance(prompt, str):
-            raise ValueError(f"{name} must be a string")
-        try:
-            prompt.format(**values)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                f"{name} has an unknown or malformed placeholder ({exc!s}); its placeholders "
-                f"are {', '.join('{' + k + '}' for k in values)}, and literal braces must be "
-                "doubled ({{ }})"
-            ) from exc
-    if "{passages}" not in context.answer_prompt:
-        raise ValueError("answer_prompt must contain {passages}, or the model sees no evidence")
-
-
-def _check_range(name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low:g} and {high:g}, not {value!r}")
+    try:
+        prompt.format(**values)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(
+            f"{name} has an unknown or malformed placeholder ({exc!s}); its placeholders "
+            f"are {', '.join('{' + k + '}' for k in values)}, and literal braces must be "
+            "doubled ({{ }})"
+        ) from exc
 
 
 def current_context(runtime: Runtime[Context] | None) -> Context:

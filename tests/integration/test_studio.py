@@ -134,3 +134,8 @@ async def test_the_graph_schema_exposes_the_context(dev_server):
     schemas = await client.assistants.get_schemas(assistant["assistant_id"])
     context = schemas.get("context_schema") or schemas.get("config_schema") or {}
     assert "reasoning_effort" in str(context)
+    # the bounds in Context's field metadata reach the configuration panel
+    subqueries = context["properties"]["max_subqueries"]
+    assert (subqueries["type"], subqueries["minimum"], subqueries["maximum"]) == ("integer", 1, 10)
+    runtime = context["properties"]["max_runtime_seconds"]
+    assert (runtime["type"], runtime["minimum"], runtime["maximum"]) == ("number", 0.001, 300)
