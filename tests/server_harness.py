@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase, SearchQuery, SourceError
-from agentic_retrieval.sources.base import Hit
+from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
+from tests.fakes import SHARED_DATA
 
 FARES = [
     {
@@ -43,36 +43,6 @@ HOURS = [
         "content": "The night tram runs every 30 minutes from midnight to 5 am.",
     },
 ]
-
-
-class FailingSource:
-    """A source that always fails (like an index that went away)."""
-
-    kind = "searchIndex"
-    description = "Always fails."
-
-    def __init__(self, name: str = "broken", exc: Exception | None = None) -> None:
-        self.name = name
-        self.exc = exc or SourceError("ServiceUnavailable", "the index is unreachable")
-
-    async def search(self, query: SearchQuery) -> list[Hit]:
-        await asyncio.sleep(0)
-        raise self.exc
-
-
-class SlowSource:
-    """A source that answers after ``delay`` seconds."""
-
-    kind = "searchIndex"
-    description = "Slow."
-
-    def __init__(self, name: str = "slow", delay: float = 5.0) -> None:
-        self.name = name
-        self.delay = delay
-
-    async def search(self, query: SearchQuery) -> list[Hit]:
-        await asyncio.sleep(self.delay)
-        return [Hit(doc_key="slow-1", content="late", source=self.name, score=1.0)]
 
 
 def transit_kb(*extra: Any, name: str = "transit", chat_model: Any = None) -> KnowledgeBase:
@@ -128,9 +98,6 @@ def running_server(
     finally:
         server.should_exit = True
         thread.join(10)
-
-
-SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def real_docs_kb_dir(root: Path) -> Path:

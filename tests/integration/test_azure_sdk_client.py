@@ -23,7 +23,8 @@ from azure.search.documents.knowledgebases.models import (
     KnowledgeBaseRetrievalRequest,
     KnowledgeRetrievalSemanticIntent,
 )
-from tests.server_harness import FailingSource, running_server, transit_kb
+from tests.fakes import unreachable_index
+from tests.server_harness import running_server, transit_kb
 
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.testing import Script, ScriptedChatModel
@@ -41,7 +42,7 @@ def endpoint():
     script = Script({"QueryPlan": [PLAN] * 20})
     bases = [
         transit_kb(chat_model=ScriptedChatModel(script=script)),
-        transit_kb(FailingSource(), name="partial"),
+        transit_kb(unreachable_index(), name="partial"),
     ]
     settings = ServerSettings(api_keys=[KEY], read_env_keys=False)
     with running_server(create_app(bases, settings=settings)) as url:

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("azure.search.documents", reason="needs the [azure] extra")
 
 from azure.core.credentials import AccessToken, AzureKeyCredential
+from tests.fakes import EARTH_DOCUMENTS
 from tests.integration.azure_standin import AzureSearchStandIn, index_definition
 
 from agentic_retrieval.sources.azure import (
@@ -35,37 +36,6 @@ pytestmark = pytest.mark.integration
 
 KEY = "standin-admin-key"
 
-DOCUMENTS = [
-    {
-        "id": "river-1",
-        "title": "Rivers",
-        "content": "The river floods the delta every spring.",
-        "category": "earth",
-        "year": 2021,
-    },
-    {
-        "id": "river-2",
-        "title": "Old rivers",
-        "content": "An old river map of the delta.",
-        "category": "earth",
-        "year": 1999,
-    },
-    {
-        "id": "ice-1",
-        "title": "Glaciers",
-        "content": "Glaciers carve valleys; meltwater feeds a river.",
-        "category": "ice",
-        "year": 2015,
-    },
-    {
-        "id": "storm-1",
-        "title": "Storms",
-        "content": "Hurricanes form over warm ocean water.",
-        "category": "atmosphere",
-        "year": 2020,
-    },
-]
-
 
 @pytest.fixture
 def standin() -> Iterator[AzureSearchStandIn]:
@@ -77,7 +47,7 @@ def standin() -> Iterator[AzureSearchStandIn]:
             vector_fields=["contentVector"],
             semantic_configuration="earth-semantic",
         ),
-        DOCUMENTS,
+        EARTH_DOCUMENTS,
     )
     with server:
         yield server
@@ -390,7 +360,7 @@ async def test_token_credential_over_https(tmp_path: Path):
     credential = StaticTokenCredential("entra-token")
     with AzureSearchStandIn(KEY, bearer_token="entra-token", ssl_context=context) as server:
         server.add_index(
-            index_definition("earth", filterable={"category": "Edm.String"}), DOCUMENTS
+            index_definition("earth", filterable={"category": "Edm.String"}), EARTH_DOCUMENTS
         )
         source = AzureSearchKnowledgeSource(
             "earth-index",

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from tests.fakes import SHARED_DATA
 
 from agentic_retrieval.embeddings import local_embeddings_available
 from agentic_retrieval.sources.base import SearchQuery
 from agentic_retrieval.sources.local import IndexReport, LocalKnowledgeSource
-
-SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 pytestmark = [
     pytest.mark.shared_data,

@@ -13,7 +13,8 @@ pytest.importorskip("mcp")
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from tests.server_harness import FailingSource, running_server, transit_kb
+from tests.fakes import unreachable_index
+from tests.server_harness import running_server, transit_kb
 
 from agentic_retrieval.server import ServerSettings, create_app
 
@@ -24,7 +25,7 @@ QUERY_KEY = "mcp-query-key"
 
 @pytest.fixture(scope="module")
 def base_url():
-    bases = [transit_kb(), transit_kb(FailingSource(), name="partial")]
+    bases = [transit_kb(), transit_kb(unreachable_index(), name="partial")]
     settings = ServerSettings(api_keys=[KEY], query_keys=[QUERY_KEY], read_env_keys=False)
     with running_server(create_app(bases, settings=settings)) as url:
         yield url

@@ -19,6 +19,7 @@ pytest.importorskip("azure.search.documents", reason="needs the [azure] extra")
 
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
+from tests.fakes import EARTH_DOCUMENTS
 from tests.integration.azure_standin import AzureSearchStandIn, index_definition
 
 from agentic_retrieval import KnowledgeBase, RetrieveResponse
@@ -30,30 +31,6 @@ from agentic_retrieval.testing import HashingEmbeddings, ScriptedChatModel
 pytestmark = pytest.mark.integration
 
 KEY = "multi-source-admin-key"
-
-INDEX_DOCUMENTS = [
-    {
-        "id": "river-1",
-        "title": "Rivers",
-        "content": "The river floods the delta every spring.",
-        "category": "earth",
-        "year": 2021,
-    },
-    {
-        "id": "river-2",
-        "title": "Old rivers",
-        "content": "An old river map of the delta.",
-        "category": "earth",
-        "year": 1999,
-    },
-    {
-        "id": "ice-1",
-        "title": "Glaciers",
-        "content": "Glaciers carve valleys; meltwater feeds a river.",
-        "category": "ice",
-        "year": 2015,
-    },
-]
 
 NOTES = [
     Document(
@@ -98,7 +75,7 @@ def standin() -> Iterator[AzureSearchStandIn]:
             filterable={"category": "Edm.String", "year": "Edm.Int32"},
             semantic_configuration="earth-semantic",
         ),
-        INDEX_DOCUMENTS,
+        EARTH_DOCUMENTS,
     )
     with server:
         yield server

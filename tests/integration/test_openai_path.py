@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.conftest import user
+from tests.fakes import user
 from tests.integration.openai_standin import OpenAIStandIn
 
 from agentic_retrieval import KnowledgeBase

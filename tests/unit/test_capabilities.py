@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from langchain_core.messages import SystemMessage
-from tests.conftest import TOY_DOCS, user
+from tests.fakes import TOY_DOCS, user
 
 from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
 from agentic_retrieval.rerankers import LexicalReranker, LLMGraderReranker

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pytest
-from tests.conftest import TOY_DOCS
+from tests.fakes import TOY_DOCS
 
 from agentic_retrieval import Context, InMemoryKnowledgeSource, build_graph
 

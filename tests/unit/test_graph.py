@@ -7,7 +7,7 @@ import json
 
 import pytest
 from langchain_core.messages import HumanMessage
-from tests.conftest import FailingSource, RecordingSource, SlowSource, user
+from tests.fakes import FailingSource, RecordingSource, SlowSource, user
 
 from agentic_retrieval import Context, KnowledgeBase, build_graph
 from agentic_retrieval.testing import ScriptedChatModel

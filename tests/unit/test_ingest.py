@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from tests.fakes import write
 
 from agentic_retrieval.sources.local import IndexProgress, LocalStore, index_paths
 from agentic_retrieval.sources.local import store as store_module
@@ -48,12 +49,6 @@ def store(tmp_path: Path) -> LocalStore:
     s = LocalStore(tmp_path / "index.sqlite")
     yield s
     s.close()
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def para(word: str, n: int) -> str:

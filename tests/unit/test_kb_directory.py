@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.conftest import write
-from tests.unit.test_local_store import ConceptEmbeddings
+from tests.fakes import ConceptEmbeddings, write
 
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
 from agentic_retrieval.sources.base import SearchQuery

@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from langchain_core.embeddings import Embeddings
 from rank_bm25 import BM25Okapi
-from tests.conftest import write
+from tests.fakes import ConceptEmbeddings, write
 
 from agentic_retrieval.odata import compile_predicate, parse_filter
 from agentic_retrieval.sources.base import FilterNotSupportedError, KnowledgeSource, SearchQuery
@@ -221,32 +220,6 @@ async def test_invalid_filter_raises_filter_error(tmp_path: Path) -> None:
     with pytest.raises(FilterNotSupportedError) as info:
         await source.search(SearchQuery(text="x", filter="year eq"))
     assert "position 7" in str(info.value)
-
-
-class ConceptEmbeddings(Embeddings):
-    """Deterministic fake: one dimension per concept, synonyms share a dimension."""
-
-    CONCEPTS = (
-        frozenset({"car", "cars", "automobile", "vehicle"}),
-        frozenset({"fee", "fees", "price", "cost", "euros"}),
-        frozenset({"rain", "storm", "weather"}),
-    )
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def _vector(self, text: str) -> list[float]:
-        words = set(re.findall(r"\w+", text.lower()))
-        vector = [float(len(words & concept)) for concept in self.CONCEPTS] + [0.1]
-        norm = math.sqrt(sum(v * v for v in vector))
-        return [v / norm for v in vector]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        self.calls += 1
-        return [self._vector(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._vector(text)
 
 
 async def test_hybrid_search_finds_synonyms_lexical_misses(tmp_path: Path) -> None:

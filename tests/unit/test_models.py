@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.conftest import user
+from tests.fakes import user
 
 from agentic_retrieval import Context, KnowledgeBase
 from agentic_retrieval.errors import InvalidRequestError
@@ -153,7 +153,7 @@ def test_our_response_round_trips_through_the_sdk_models(toy_source, faq_source)
 
 
 def test_error_records_round_trip_through_the_sdk(toy_source):
-    from tests.conftest import FailingSource
+    from tests.fakes import FailingSource
 
     kb = KnowledgeBase([toy_source, FailingSource()])
     ours = kb.retrieve({"intents": [{"search": "day pass"}]})

@@ -8,7 +8,8 @@ import json
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from tests.server_harness import FailingSource, SlowSource, intents_body, transit_kb
+from tests.fakes import SlowSource, unreachable_index
+from tests.server_harness import intents_body, transit_kb
 
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.testing import ScriptedChatModel
@@ -84,7 +85,7 @@ def test_unknown_kb_and_unknown_source_are_404():
 
 
 def test_failing_source_gives_206_with_the_others_results():
-    with client(FailingSource()) as c:
+    with client(unreachable_index()) as c:
         r = c.post(
             f"/knowledgebases/transit/retrieve?api-version={GA}",
             json=intents_body("harbor pass students"),
@@ -289,7 +290,7 @@ def parse_sse(text: str) -> list[tuple[str, dict]]:
 
 
 def test_event_stream_sends_progress_then_the_response():
-    with client(FailingSource()) as c:
+    with client(unreachable_index()) as c:
         r = c.post(
             f"/knowledgebases/transit/retrieve?api-version={GA}",
             json=intents_body("night tram"),

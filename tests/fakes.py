@@ -1,0 +1,196 @@
+"""Fakes and toy data shared by many tests: corpora with exact expected keys, misbehaving
+sources, deterministic embeddings, small helpers. Tests import them from here; conftest.py only
+turns some of them into fixtures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from pathlib import Path
+
+from langchain_core.embeddings import Embeddings
+
+from agentic_retrieval.sources.base import Hit, SearchQuery, SourceError
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+"""``../shared/data`` (Northwind PDFs, NASA Earth pages); absent on a fresh clone."""
+
+# --- toy corpora ------------------------------------------------------------------------------
+
+TOY_DOCS = [
+    {
+        "key": "fares",
+        "title": "Fares and passes",
+        "content": "A single tram ride costs 2 euros. A day pass costs 6 euros and is valid "
+        "until 4 am the next morning.",
+        "metadata": {"category": "fares", "year": 2024},
+    },
+    {
+        "key": "bike-fees",
+        "title": "Bike late fees",
+        "content": "Bikes must be docked within 30 minutes; each extra 15 minutes adds a late "
+        "fee of 1 euro.",
+        "metadata": {"category": "bikes", "year": 2023},
+    },
+    {
+        "key": "hours",
+        "title": "Service hours",
+        "content": "Trams run from 5 am until midnight on weekdays and until 2 am on Saturdays.",
+        "metadata": {"category": "service", "year": 2024},
+    },
+    {
+        "key": "lost",
+        "title": "Lost and found",
+        "content": "Items left on a tram are kept for 30 days at the Central Station office.",
+        "metadata": {"category": "service", "year": 2022},
+    },
+]
+
+FAQ_DOCS = [
+    {
+        "key": "faq-refund",
+        "title": "Refunds",
+        "content": "Unused day pass refunds are paid within 10 working days.",
+        "metadata": {"category": "fares", "year": 2024},
+    },
+]
+
+EARTH_DOCUMENTS = [
+    {
+        "id": "river-1",
+        "title": "Rivers",
+        "content": "The river floods the delta every spring.",
+        "category": "earth",
+        "year": 2021,
+    },
+    {
+        "id": "river-2",
+        "title": "Old rivers",
+        "content": "An old river map of the delta.",
+        "category": "earth",
+        "year": 1999,
+    },
+    {
+        "id": "ice-1",
+        "title": "Glaciers",
+        "content": "Glaciers carve valleys; meltwater feeds a river.",
+        "category": "ice",
+        "year": 2015,
+    },
+    {
+        "id": "storm-1",
+        "title": "Storms",
+        "content": "Hurricanes form over warm ocean water.",
+        "category": "atmosphere",
+        "year": 2020,
+    },
+]
+"""An Azure AI Search index's documents (key ``id``; ``category`` and ``year`` filterable), for
+the Azure stand-in."""
+
+
+# --- sources ----------------------------------------------------------------------------------
+
+
+class RecordingSource:
+    """Wraps a source and records every query it receives."""
+
+    def __init__(self, inner, name: str | None = None) -> None:
+        self.inner = inner
+        self.name = name or inner.name
+        self.description = inner.description
+        self.kind = inner.kind
+        self.queries: list[SearchQuery] = []
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        self.queries.append(query)
+        return await self.inner.search(query)
+
+
+class FailingSource:
+    """A source whose backend is down: every search raises ``exc``.
+
+    Args:
+        name: The source name.
+        exc: What to raise (default: a ``ConnectionError``, an exception the source did not
+            describe; pass a ``SourceError`` for one it did).
+    """
+
+    kind = "searchIndex"
+    description = "always fails"
+
+    def __init__(self, name: str = "broken", exc: Exception | None = None) -> None:
+        self.name = name
+        self.exc = exc
+        self.calls = 0
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        self.calls += 1
+        await asyncio.sleep(0)
+        raise self.exc or ConnectionError("backend unreachable")
+
+
+def unreachable_index(name: str = "broken") -> FailingSource:
+    """A source that reports its own failure: ``SourceError("ServiceUnavailable", ...)``."""
+    return FailingSource(name, SourceError("ServiceUnavailable", "the index is unreachable"))
+
+
+class SlowSource:
+    """A source that answers after ``delay`` seconds (with one hit)."""
+
+    kind = "searchIndex"
+
+    def __init__(self, name: str = "slow", delay: float = 5.0) -> None:
+        self.name = name
+        self.description = "slow"
+        self.delay = delay
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        await asyncio.sleep(self.delay)
+        return [Hit(doc_key="late", content=f"late answer about {query.text}")]
+
+
+# --- embeddings -------------------------------------------------------------------------------
+
+
+class ConceptEmbeddings(Embeddings):
+    """Deterministic fake: one dimension per concept, synonyms share a dimension."""
+
+    CONCEPTS = (
+        frozenset({"car", "cars", "automobile", "vehicle"}),
+        frozenset({"fee", "fees", "price", "cost", "euros"}),
+        frozenset({"rain", "storm", "weather"}),
+    )
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _vector(self, text: str) -> list[float]:
+        words = set(re.findall(r"\w+", text.lower()))
+        vector = [float(len(words & concept)) for concept in self.CONCEPTS] + [0.1]
+        norm = math.sqrt(sum(v * v for v in vector))
+        return [v / norm for v in vector]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        return [self._vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def write(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path``, creating folders (test documents)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def user(text: str) -> dict:
+    """A user message in the wire shape."""
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
