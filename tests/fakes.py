@@ -181,6 +181,14 @@ class ConceptEmbeddings(Embeddings):
         return self._vector(text)
 
 
+class NamedConcepts(ConceptEmbeddings):
+    """The concept fake, reporting a model name like provider embeddings do."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+
 # --- helpers ----------------------------------------------------------------------------------
 
 

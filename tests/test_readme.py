@@ -78,17 +78,24 @@ def test_readme_cli_commands_run(tmp_path, monkeypatch):
         "# Vacation\n\nFull-time employees get 25 vacation days a year.\n"
     )
     (docs / "travel.md").write_text("# Travel\n\nBook trains for trips under 600 km.\n")
+    (tmp_path / "products.csv").write_text(
+        "sku,name,description,price\nA-1,Red kettle,A red kettle.,29.9\nB-2,Blue mug,A mug.,7\n"
+    )
     script = Path(sys.executable).with_name("agentic-retrieval")
     lines = cli_lines()
     assert len(lines) >= 3
-    outputs = []
+    outputs = {}
     for line in lines:
         argv = [str(script), *shlex.split(line)[1:]]
         done = subprocess.run(
             argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
         )
         assert done.returncode == 0, (line, done.stderr)
-        outputs.append(done.stdout)
-    response = RetrieveResponse.model_validate(json.loads(outputs[-1]))
+        outputs[line] = done.stdout
+    vacation = next(line for line in lines if "--json" in line and "vacation" in line)
+    response = RetrieveResponse.model_validate(json.loads(outputs[vacation]))
     assert response.references[0].doc_key.startswith("docs-vacation-md")
     assert "25 vacation days" in response.text
+    mug = next(line for line in lines if "--json" in line and "mug" in line)
+    products = RetrieveResponse.model_validate(json.loads(outputs[mug]))
+    assert [r.doc_key for r in products.references] == ["B-2#0"]

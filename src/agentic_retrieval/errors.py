@@ -7,14 +7,17 @@ that catches those keeps working. The kinds:
 - :class:`InvalidRequestError`: the caller's request is wrong (HTTP 400);
   :class:`UnknownKnowledgeSourceError` names a source that does not exist (HTTP 404).
 - :class:`ConfigurationError`: the library is set up wrong: no chat model, a model that
-  cannot be created, an unknown reranker, a missing extra, an Azure index that does not
-  match its source.
+  cannot be created, an unknown reranker, a missing extra, an embedding model that cannot be
+  built, an Azure index that does not match its source.
 - :class:`SourceError`: a knowledge source failed (the graph turns it into an error activity
   record); :class:`FilterNotSupportedError` when it cannot apply a filter.
 - :class:`ODataError`: a filter that does not parse.
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
-  read into it) or :class:`StoreError` (a store file that cannot be used).
+  read into it), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
+  store file that cannot be used).
 - :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
+- :class:`EvaluationError`: an evaluation's dataset (:class:`DatasetError`), configurations
+  (:class:`EvalConfigurationError`) or price table (:class:`PriceTableError`).
 - :class:`RerankError`: the LLM grader produced no scores and has no fallback.
 
 Each class is also importable from the module that raises it (e.g.
@@ -79,6 +82,10 @@ class MissingDependencyError(ConfigurationError, ImportError):
 
 class LocalEmbeddingsUnavailableError(MissingDependencyError):
     """sentence-transformers or the bundled model package is not installed."""
+
+
+class EmbeddingsConfigError(ConfigurationError, ValueError):
+    """An embedding model name that cannot be turned into a model (the message says why)."""
 
 
 # --- knowledge sources ---------------------------------------------------------------------
@@ -146,11 +153,34 @@ class StoreError(LocalStoreError, RuntimeError):
     """The store file is unusable (wrong schema, mismatched vector dimension...)."""
 
 
+class RecordError(LocalStoreError, ValueError):
+    """A record (or a records file) cannot be read; the message says where and why."""
+
+
 # --- knowledge-base directories ------------------------------------------------------------
 
 
 class KnowledgeBaseDirectoryError(AgenticRetrievalError, ValueError):
     """The directory, its manifest or a source name is missing or invalid."""
+
+
+# --- evaluation ----------------------------------------------------------------------------
+
+
+class EvaluationError(AgenticRetrievalError, ValueError):
+    """An evaluation cannot run as asked; the message names the input and the fix."""
+
+
+class DatasetError(EvaluationError):
+    """A dataset, questions file or its judgements are missing or malformed."""
+
+
+class EvalConfigurationError(EvaluationError):
+    """An evaluation configuration that cannot run (unknown value, no chat model for it)."""
+
+
+class PriceTableError(EvaluationError):
+    """A price table that cannot be read."""
 
 
 # --- rerankers -----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import parse_filter
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
+from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.wire.models import RetrieveResponse
 
 EXIT_USAGE = 2
@@ -81,9 +82,26 @@ def user_errors(command: F) -> F:
 @app.command()
 @user_errors
 def index(
-    paths: Annotated[list[Path], typer.Argument(help="Files and folders to index.")],
     kb: KbOption,
     source: Annotated[str, typer.Option("--source", help="The knowledge source to fill.")],
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files and folders to index.")] = None,
+    records: Annotated[
+        Path | None,
+        typer.Option(
+            "--records",
+            help="A JSONL, JSON, CSV or TSV file of records (one document each; every field "
+            "other than the id, title and text becomes filterable metadata).",
+        ),
+    ] = None,
+    id_field: Annotated[
+        str | None, typer.Option(help="Record id field (default: _id, else id).")
+    ] = None,
+    title_field: Annotated[
+        str | None, typer.Option(help="Record title field (default: title).")
+    ] = None,
+    text_field: Annotated[
+        str | None, typer.Option(help="Record text field (default: text, else content).")
+    ] = None,
     description: Annotated[
         str | None, typer.Option(help="What the source holds (the planner reads it).")
     ] = None,
@@ -91,12 +109,17 @@ def index(
         str | None, typer.Option(help="Knowledge base name when creating it (default: DIR name).")
     ] = None,
     embeddings: Annotated[
-        bool | None,
+        str | None,
         typer.Option(
-            "--embeddings/--no-embeddings",
-            help="Index vectors with the local model (needs the [local] extra).",
+            "--embeddings",
+            help="Index vectors for hybrid search with this model: 'local' (bundled "
+            "all-MiniLM-L6-v2, [local] extra) or 'provider:model' (LangChain init_embeddings, "
+            "e.g. openai:text-embedding-3-small).",
         ),
     ] = None,
+    no_embeddings: Annotated[
+        bool, typer.Option("--no-embeddings", help="Index without vectors (lexical only).")
+    ] = False,
     meta: Annotated[
         list[str] | None,
         typer.Option(
@@ -107,20 +130,26 @@ def index(
         ),
     ] = None,
 ) -> None:
-    """Create or update source NAME of the knowledge base in DIR from files and folders.
+    """Create or update source NAME of the knowledge base in DIR from files, folders or records.
 
     A path that no longer exists but was indexed before (a deleted file or folder) removes
-    what was indexed from it.
+    what was indexed from it; records indexed from a records file that it no longer holds are
+    removed too.
     """
-    metadata = parse_metadata(meta or [])
-    if embeddings:
-        from agentic_retrieval.embeddings import local_embeddings_available
+    from agentic_retrieval.cli.indexing import (
+        check_records_file,
+        embedding_choice,
+        embeddings_for_indexing,
+    )
 
-        if not local_embeddings_available():
-            raise UserError(
-                "--embeddings needs the [local] extra (in a checkout: .venv/bin/pip install "
-                "torch==2.13.0, then .venv/bin/pip install -e '.[local]'); nothing was changed"
-            )
+    metadata = parse_metadata(meta or [])
+    paths = list(paths or [])
+    model = embedding_choice(embeddings, no_embeddings, paths, warn=err)
+    if not paths and records is None:
+        raise UserError("give files or folders to index, or --records FILE")
+    if records is not None:
+        check_records_file(records)
+    vectors = embeddings_for_indexing(model)  # built before anything is written
     directory = KnowledgeBaseDirectory(kb)
     exists = directory.manifest_path.exists()
     if exists:
@@ -128,15 +157,27 @@ def index(
     _check_paths(paths, directory if exists and source in directory.source_names else None, source)
     if not exists:
         directory.create(name=name or _kb_name_from(kb))
-    directory.add_or_update_source(source, description=description, embeddings=embeddings)
+    directory.add_or_update_source(source, description=description, embeddings=model)
     # the report below lists every failed file once: silence the per-file log lines
-    with (
-        _quiet("agentic_retrieval.sources.local", "pypdf"),
-        _index_progress(f"indexing into {source}") as progress,
-    ):
-        report = directory.index(source, paths, metadata=metadata or None, progress=progress)
+    with _quiet("agentic_retrieval.sources.local", "pypdf"):
+        if paths:
+            with _index_progress(f"indexing into {source}") as progress:
+                report = directory.index(
+                    source, paths, metadata=metadata or None, progress=progress, embeddings=vectors
+                )
+            _print_report(source, report)
+        if records is not None:
+            with _index_progress(f"indexing records into {source}") as progress:
+                report = directory.index_records(
+                    source,
+                    records,
+                    fields=RecordFields.of(id_field, title_field, text_field),
+                    metadata=metadata or None,
+                    progress=progress,
+                    embeddings=vectors,
+                )
+            _print_report(source, report, noun="records")
     directory.close()
-    _print_report(source, report)
 
 
 def _check_paths(paths: list[Path], directory: KnowledgeBaseDirectory | None, source: str) -> None:
@@ -224,14 +265,17 @@ def _quiet(*names: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _print_report(source: str, report: IndexReport) -> None:
+def _print_report(source: str, report: IndexReport, noun: str = "files") -> None:
     table = Table(title=f"source {source}", show_header=False)
     rows = [
-        ("files indexed", len(report.indexed)),
-        ("files unchanged (skipped)", len(report.unchanged)),
-        ("files deleted", len(report.deleted)),
-        ("files failed", len(report.failed)),
-        ("files ignored (unsupported type)", len(report.ignored)),
+        (f"{noun} indexed", len(report.indexed)),
+        (f"{noun} unchanged (skipped)", len(report.unchanged)),
+        (f"{noun} deleted", len(report.deleted)),
+        (f"{noun} failed", len(report.failed)),
+    ]
+    if noun == "files":
+        rows.append(("files ignored (unsupported type)", len(report.ignored)))
+    rows += [
         ("chunks written", report.chunks_written),
         ("chunks in the index", report.total_chunks),
     ]

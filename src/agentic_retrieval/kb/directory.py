@@ -4,18 +4,24 @@ Layout::
 
     my-kb/
       knowledge-base.json   # {"name", "description", "sources": [{"name", "kind", "description",
-                            #   "database", "embeddings"}]}
+                            #   "database", "embeddings", "embedding_model",
+                            #   "embedding_dimension"}]}
       handbook.sqlite       # one LocalKnowledgeSource per entry
       policies.sqlite
 
 ``database`` is relative to the directory, so the directory can be moved or copied as a whole.
-``embeddings: true`` means the source was indexed with vectors; it is opened with the embedding
-model given to :meth:`KnowledgeBaseDirectory.open_sources` or, when none is given, the offline
-local model (the ``[local]`` extra).
+``embeddings: true`` means the source was indexed with vectors of ``embedding_model``
+(``local`` for the bundled all-MiniLM-L6-v2, or ``provider:model`` for LangChain's
+``init_embeddings``; manifests written before models had names mean ``local``) and
+``embedding_dimension``. It is opened with that model, built by name, unless an
+``Embeddings`` object is given to :meth:`KnowledgeBaseDirectory.open_sources`; an object that
+reports another model name, or an index whose vectors have another dimension, is an error
+rather than silently mismatched vectors.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -29,9 +35,18 @@ from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
+from agentic_retrieval.embeddings import (
+    LOCAL,
+    check_embeddings_name,
+    embeddings_model_id,
+    same_model,
+)
+
 # defined in errors.py; importable from here as before
+from agentic_retrieval.errors import EmbeddingsConfigError
 from agentic_retrieval.errors import KnowledgeBaseDirectoryError as KnowledgeBaseDirectoryError
 from agentic_retrieval.sources.local import IndexReport, LocalKnowledgeSource, ProgressCallback
+from agentic_retrieval.sources.local.records import RecordFields
 
 MANIFEST_NAME = "knowledge-base.json"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
@@ -52,6 +67,10 @@ class SourceEntry:
     database: str
     embeddings: bool
     kind: str = "local"
+    embedding_model: str | None = None
+    """``local`` or ``provider:model`` when ``embeddings`` is on."""
+    embedding_dimension: int | None = None
+    """The vectors' dimension, recorded once the source holds vectors."""
 
 
 class KnowledgeBaseDirectory:
@@ -125,20 +144,29 @@ class KnowledgeBaseDirectory:
         return list(self._require_loaded()._entries.values())
 
     def add_or_update_source(
-        self, name: str, description: str | None = None, embeddings: bool | None = None
+        self,
+        name: str,
+        description: str | None = None,
+        embeddings: bool | str | None = None,
     ) -> SourceEntry:
-        """Add a source, or change an existing one's description or embeddings setting.
+        """Add a source, or change an existing one's description or embedding model.
 
         Args:
             name: Letters, digits, ``-`` and ``_`` (the database file is ``<name>.sqlite``).
             description: What the source holds (the planner reads it); ``None`` keeps the
                 current one.
-            embeddings: Whether to index vectors for hybrid search; ``None`` keeps the current
-                setting (``False`` for a new source). Turning it on re-embeds every file at the
-                next :meth:`index`.
+            embeddings: The embedding model for hybrid search: ``local`` or
+                ``provider:model``; ``True`` means the current model, else ``local``;
+                ``False`` turns vectors off; ``None`` keeps the current setting (off for a
+                new source). Turning vectors on re-embeds every file at the next
+                :meth:`index`.
 
         Returns:
             The entry as saved.
+
+        Raises:
+            KnowledgeBaseDirectoryError: Invalid names, or a model other than the one whose
+                vectors the source already holds.
         """
         self._require_loaded()
         _check_name(name, "source")
@@ -149,10 +177,10 @@ class KnowledgeBaseDirectory:
             if description is not None
             else (current.description if current else ""),
             database=current.database if current else f"{name}.sqlite",
-            embeddings=embeddings
-            if embeddings is not None
-            else (current.embeddings if current else False),
+            **_embedding_fields(current, embeddings),
         )
+        if current is not None and entry.embedding_model != current.embedding_model:
+            self._check_model_change(current, entry)
         with self._lock:
             self._entries[name] = entry
             if current is not None and current != entry and name in self._open:
@@ -164,6 +192,29 @@ class KnowledgeBaseDirectory:
             with self._lock:
                 self._open.pop(name, None)
         return entry
+
+    def _check_model_change(self, current: SourceEntry, entry: SourceEntry) -> None:
+        """Refuse to mix two models' vectors in one index."""
+        if not current.embeddings or not entry.embeddings:
+            return  # turning vectors on (first model) or off is always allowed
+        database = self.path / current.database
+        if not database.exists():
+            return
+        with self._lock:
+            source = self._open.get(current.name)
+        probe = source or LocalKnowledgeSource(current.name, database)
+        try:
+            holds_vectors = probe.store.has_vectors()
+        finally:
+            if source is None:
+                probe.close()
+        if holds_vectors:
+            raise KnowledgeBaseDirectoryError(
+                f"source {current.name!r} holds vectors of embedding model "
+                f"{current.embedding_model!r}; {entry.embedding_model!r} would mix two models' "
+                "vectors: index into a new source, or turn vectors off (--no-embeddings) and "
+                "re-index first"
+            )
 
     def open_sources(self, embeddings: EmbeddingsChoice = None) -> list[LocalKnowledgeSource]:
         """Open every source (once; later calls return the same objects).
@@ -198,18 +249,18 @@ class KnowledgeBaseDirectory:
                     f"source {name!r}: its index {database} is missing; rebuild it with "
                     f"'agentic-retrieval index --kb {self.path} --source {name} PATH...'"
                 )
+            resolved = _resolve_embeddings(entry, embeddings, for_indexing=create)
             try:
                 source = LocalKnowledgeSource(
-                    entry.name,
-                    database,
-                    description=entry.description,
-                    embeddings=_resolve_embeddings(entry, embeddings, for_indexing=create),
+                    entry.name, database, description=entry.description, embeddings=resolved
                 )
             except sqlite3.DatabaseError as exc:
                 raise KnowledgeBaseDirectoryError(
                     f"source {name!r}: {database} is not a readable index ({exc}); delete it "
                     "and index the source again"
                 ) from exc
+            if resolved is not None:
+                _check_dimension(entry, source)
             self._open[name] = source
             return source
 
@@ -227,7 +278,40 @@ class KnowledgeBaseDirectory:
             KnowledgeBaseDirectoryError: Unknown source name.
         """
         source = self.open_source(source_name, embeddings, create=True)
-        return source.index(paths, metadata=metadata, progress=progress)
+        report = source.index(paths, metadata=metadata, progress=progress)
+        self._record_dimension(source_name, source)
+        return report
+
+    def index_records(
+        self,
+        source_name: str,
+        path: str | Path,
+        *,
+        fields: RecordFields | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+        embeddings: EmbeddingsChoice = None,
+    ) -> IndexReport:
+        """Index a JSONL / JSON / CSV / TSV records file into one source (incrementally).
+
+        Raises:
+            KnowledgeBaseDirectoryError: Unknown source name.
+            RecordError: The file is missing, of an unknown format or unreadable as a whole.
+        """
+        source = self.open_source(source_name, embeddings, create=True)
+        report = source.index_records(path, fields=fields, metadata=metadata, progress=progress)
+        self._record_dimension(source_name, source)
+        return report
+
+    def _record_dimension(self, name: str, source: LocalKnowledgeSource) -> None:
+        """Write the vectors' dimension into the manifest once the source has some."""
+        entry = self._entry(name)
+        dimension = source.store.dimension() if entry.embeddings else None
+        if dimension is None or entry.embedding_dimension == dimension:
+            return
+        with self._lock:
+            self._entries[name] = dataclasses.replace(entry, embedding_dimension=dimension)
+        self._save()
 
     def close(self) -> None:
         """Close every opened source."""
@@ -254,11 +338,20 @@ class KnowledgeBaseDirectory:
         data = {
             "name": self.name,
             "description": self.description,
-            "sources": [asdict(entry) for entry in self._entries.values()],
+            "sources": [_entry_json(entry) for entry in self._entries.values()],
         }
         temporary = self.manifest_path.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         os.replace(temporary, self.manifest_path)  # readers never see a half-written manifest
+
+
+def _entry_json(entry: SourceEntry) -> dict[str, Any]:
+    """The manifest form of an entry (lexical sources carry no embedding fields)."""
+    data = asdict(entry)
+    for key in ("embedding_model", "embedding_dimension"):
+        if data[key] is None:
+            del data[key]
+    return data
 
 
 def _check_name(name: str, what: str) -> None:
@@ -276,11 +369,48 @@ def _entry_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
     database = str(raw.get("database", f"{name}.sqlite"))
     if Path(database).is_absolute() or ".." in Path(database).parts:
         raise ValueError(f"source {name!r}: database must be a path inside the directory")
+    embeddings = bool(raw.get("embeddings", False))
+    model = raw.get("embedding_model")
+    dimension = raw.get("embedding_dimension")
+    if dimension is not None and (isinstance(dimension, bool) or not isinstance(dimension, int)):
+        raise ValueError(f"source {name!r}: embedding_dimension must be an integer")
     return {
         "name": name,
         "description": str(raw.get("description", "")),
         "database": database,
-        "embeddings": bool(raw.get("embeddings", False)),
+        "embeddings": embeddings,
+        # manifests written before models had names were always the bundled local model
+        "embedding_model": (check_embeddings_name(str(model)) if model else LOCAL)
+        if embeddings
+        else None,
+        "embedding_dimension": dimension if embeddings else None,
+    }
+
+
+def _embedding_fields(current: SourceEntry | None, choice: bool | str | None) -> dict[str, Any]:
+    """The embedding fields of an entry after ``add_or_update_source(embeddings=choice)``."""
+    if choice is None:
+        if current is None:
+            return {"embeddings": False}
+        return {
+            "embeddings": current.embeddings,
+            "embedding_model": current.embedding_model,
+            "embedding_dimension": current.embedding_dimension,
+        }
+    if choice is False:
+        return {"embeddings": False}
+    if choice is True:
+        model = (current.embedding_model if current else None) or LOCAL
+    else:
+        try:
+            model = check_embeddings_name(choice)
+        except EmbeddingsConfigError as exc:
+            raise KnowledgeBaseDirectoryError(str(exc)) from exc
+    keep = current is not None and current.embedding_model == model
+    return {
+        "embeddings": True,
+        "embedding_model": model,
+        "embedding_dimension": current.embedding_dimension if keep and current else None,
     }
 
 
@@ -289,11 +419,18 @@ def _resolve_embeddings(
 ) -> Embeddings | None:
     if not entry.embeddings or choice is False:
         return None
+    model = entry.embedding_model or LOCAL
     if choice is not None:
+        if not same_model(model, choice):
+            raise KnowledgeBaseDirectoryError(
+                f"source {entry.name!r} was indexed with embedding model {model!r}, but the "
+                f"embeddings given are {embeddings_model_id(choice)!r}: use {model!r} (or no "
+                "embeddings, for lexical search)"
+            )
         return choice
-    from agentic_retrieval.embeddings import local_embeddings, local_embeddings_available
+    from agentic_retrieval.embeddings import embeddings_by_name, local_embeddings_available
 
-    if not for_indexing and not local_embeddings_available():
+    if model == LOCAL and not for_indexing and not local_embeddings_available():
         # reading still works on the lexical half of a hybrid index
         logger.warning(
             "source %r was indexed with vectors but the [local] extra is not installed: "
@@ -301,4 +438,19 @@ def _resolve_embeddings(
             entry.name,
         )
         return None
-    return local_embeddings()
+    try:
+        return embeddings_by_name(model)
+    except EmbeddingsConfigError as exc:
+        raise KnowledgeBaseDirectoryError(f"source {entry.name!r}: {exc}") from exc
+
+
+def _check_dimension(entry: SourceEntry, source: LocalKnowledgeSource) -> None:
+    stored = source.store.dimension()
+    recorded = entry.embedding_dimension
+    if stored is not None and recorded is not None and stored != recorded:
+        source.close()
+        raise KnowledgeBaseDirectoryError(
+            f"source {entry.name!r}: its index holds {stored}-dimensional vectors but the "
+            f"manifest records {recorded} for {entry.embedding_model!r}; the index was "
+            "replaced or corrupted: index the source again"
+        )

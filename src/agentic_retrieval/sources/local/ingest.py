@@ -47,7 +47,8 @@ from agentic_retrieval.sources.local.store import (
 
 logger = logging.getLogger(__name__)
 
-RESERVED_METADATA = frozenset({"source_path", "file_name", "title", "chunk", "page"})
+RESERVED_METADATA = frozenset({"source_path", "file_name", "title", "chunk", "page", "record_id"})
+"""Metadata names the store sets itself (on file chunks, and on record chunks)."""
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SLUG_JUNK = re.compile(r"[^a-z0-9]+")
 
@@ -131,7 +132,7 @@ def index_paths(
         paths: Files and folders. Hidden files and folders (``.name``) are not walked.
         metadata: Fields stored on every chunk of these files and filterable with OData
             (names must be identifiers and not one of ``source_path``, ``file_name``,
-            ``title``, ``chunk``, ``page``).
+            ``title``, ``chunk``, ``page``, ``record_id``).
         embeddings: When given, each chunk's ``title + content`` is embedded for hybrid search.
         progress: Called after each file.
         chunk_size: Maximum chunk length in characters.
@@ -144,7 +145,7 @@ def index_paths(
         ValueError: Invalid metadata names or values.
     """
     started = time.perf_counter()
-    user_metadata = _validate_metadata(metadata or {})
+    user_metadata = validate_metadata(metadata or {})
     report = IndexReport()
     candidates, roots = _collect(paths, report)
     settings = {
@@ -174,7 +175,13 @@ def slugify(relative_path: str) -> str:
     return _SLUG_JUNK.sub("-", relative_path.lower()).strip("-") or "file"
 
 
-def _validate_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+def validate_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ingest metadata names and values; return them as plain JSON values.
+
+    Raises:
+        ValueError: A name that is not an OData identifier or is reserved, or a value JSON
+            cannot hold.
+    """
     for name in metadata:
         if not isinstance(name, str) or not _FIELD_NAME.match(name):
             raise ValueError(f"metadata field {name!r} is not a valid OData field name")

