@@ -78,6 +78,9 @@ def test_readme_cli_commands_run(tmp_path, monkeypatch):
         "# Vacation\n\nFull-time employees get 25 vacation days a year.\n"
     )
     (docs / "travel.md").write_text("# Travel\n\nBook trains for trips under 600 km.\n")
+    (tmp_path / "questions.jsonl").write_text(
+        '{"id": "v", "question": "vacation days", "relevant": ["docs/vacation.md"]}\n'
+    )
     (tmp_path / "products.csv").write_text(
         "sku,name,description,price\nA-1,Red kettle,A red kettle.,29.9\nB-2,Blue mug,A mug.,7\n"
     )
@@ -99,3 +102,5 @@ def test_readme_cli_commands_run(tmp_path, monkeypatch):
     mug = next(line for line in lines if "--json" in line and "mug" in line)
     products = RetrieveResponse.model_validate(json.loads(outputs[mug]))
     assert [r.doc_key for r in products.references] == ["B-2#0"]
+    evaluated = json.loads((tmp_path / "eval-report" / "report.json").read_text())
+    assert [c["summary"]["nDCG@10"] for c in evaluated["configurations"]] == [1.0, 1.0]

@@ -1,0 +1,233 @@
+"""``agentic-retrieval eval``: compare configurations on a labelled question set.
+
+Mistakes (missing or malformed dataset, questions or judgements, an unknown option value, a
+configuration needing a chat model without one, a missing extra) print one line on stderr
+and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agentic_retrieval.cli.app import app, err, out, user_errors
+from agentic_retrieval.embeddings import check_embeddings_name
+from agentic_retrieval.errors import EvalConfigurationError
+from agentic_retrieval.eval.configurations import configuration_grid, parse_list
+from agentic_retrieval.eval.report import EvalReport, format_value
+from agentic_retrieval.sources.local import IndexProgress
+
+TABLE_COMPARISONS = ("nDCG@10", "R@100", "evidence_recall")
+PIPED_WIDTH = 240
+
+
+@app.command("eval")
+@user_errors
+def eval_command(
+    dataset: Annotated[
+        Path | None,
+        typer.Option(help="A BEIR directory (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv)."),
+    ] = None,
+    kb: Annotated[
+        Path | None, typer.Option("--kb", help="A knowledge-base directory (with --questions).")
+    ] = None,
+    questions: Annotated[
+        Path | None,
+        typer.Option(help="Questions JSONL: id, question|messages, relevant, evidence, answer."),
+    ] = None,
+    split: Annotated[str, typer.Option(help="BEIR qrels split.")] = "test",
+    effort: Annotated[str, typer.Option(help="Comma list: minimal, low, medium.")] = "minimal",
+    retrieval: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma list: lexical, hybrid (default: lexical for --dataset, "
+            "as indexed for --kb)."
+        ),
+    ] = None,
+    reranker: Annotated[
+        str | None, typer.Option(help="Comma list of reranker names (default: default).")
+    ] = None,
+    top_n: Annotated[str, typer.Option(help="Comma list of ranked chunks kept (1-200).")] = "100",
+    output_mode: Annotated[
+        str, typer.Option(help="Comma list: extractiveData, answerSynthesis.")
+    ] = "extractiveData",
+    embeddings: Annotated[
+        str | None,
+        typer.Option(
+            help="Embedding model to index a --dataset corpus for hybrid (default: local)."
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", help="Write report.json/.md, runs/*.run, qrels.txt and the chart here."
+        ),
+    ] = None,
+    prices: Annotated[
+        Path | None,
+        typer.Option(help='Price table JSON: {"model": {"input": USD/1M, "output": USD/1M}}.'),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Ask only the first N questions.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Questions in flight at once.", min=1)] = 1,
+    cache: Annotated[
+        Path | None, typer.Option(help="Where indexed --dataset corpora are cached.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the significance resampling.")] = 0,
+) -> None:
+    """Compare retrieval configurations on a labelled question set: quality, cost, latency.
+
+    Every combination of the comma lists runs over the same questions; the first one is the
+    baseline the others are tested against (paired randomization test, bootstrap CI).
+    """
+    from agentic_retrieval.eval.api import Progress as Callbacks
+    from agentic_retrieval.eval.api import evaluate
+
+    target = _target(dataset, kb, questions)
+    configurations, skipped = configuration_grid(
+        efforts=parse_list(effort, "--effort"),
+        retrievals=parse_list(retrieval, "--retrieval") or [None],
+        rerankers=parse_list(reranker, "--reranker") or [None],
+        top_ns=[_integer(v, "--top-n") for v in parse_list(top_n, "--top-n")],
+        output_modes=parse_list(output_mode, "--output-mode"),
+    )
+    model = check_embeddings_name(embeddings) if embeddings else None
+    with _quiet("agentic_retrieval"), _progress() as callbacks:
+        report = evaluate(
+            target,
+            configurations,
+            questions=questions,
+            split=split,
+            embeddings=model,
+            prices=prices,
+            output_dir=output,
+            cache_dir=cache,
+            limit=limit,
+            concurrency=concurrency,
+            seed=seed,
+            progress=Callbacks(**callbacks),
+            notes=skipped,
+        )
+    render_report(report)
+    if output is not None:
+        err.print(f"wrote {output}/report.json, report.md, qrels.txt, runs/, quality-vs-cost.png")
+
+
+def _target(dataset: Path | None, kb: Path | None, questions: Path | None) -> Path:
+    if (dataset is None) == (kb is None):
+        raise EvalConfigurationError(
+            "give either --dataset DIR (BEIR) or --kb DIR with --questions"
+        )
+    if kb is not None and questions is None:
+        raise EvalConfigurationError("--kb needs --questions FILE (JSONL with id and question)")
+    return dataset if dataset is not None else kb  # type: ignore[return-value]
+
+
+def _integer(value: str, option: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise EvalConfigurationError(f"{option}: {value!r} is not an integer") from None
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """The report lists what was skipped; per-item log lines would interleave the bars."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextmanager
+def _progress() -> Iterator[dict[str, Any]]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bars:
+        tasks: dict[str, Any] = {}
+
+        def indexing(event: IndexProgress) -> None:
+            if "index" not in tasks:
+                tasks["index"] = bars.add_task("indexing the corpus", total=event.total)
+            bars.update(tasks["index"], completed=event.done)
+
+        def configuration(config: Any, total: int) -> None:
+            tasks[config.name] = bars.add_task(config.name, total=total)
+
+        def question(config: Any, result: Any) -> None:
+            bars.advance(tasks[config.name])
+
+        yield {"indexing": indexing, "configuration": configuration, "question": question}
+
+
+def _tables() -> Console:
+    """Standard output at the terminal's width; wide enough for whole tables in a file or pipe."""
+    return out if out.is_terminal else Console(highlight=False, width=PIPED_WIDTH)
+
+
+def render_report(report: EvalReport) -> None:
+    """Print the summary table, the comparisons with the baseline and the notes."""
+    columns = report.columns()
+    questions = len(report.questions)
+    judged = report.results[0].summary["judged"] if report.results else 0
+    table = Table(
+        title=f"{report.dataset}: {questions} questions ({judged} with judged documents)",
+        title_justify="left",
+    )
+    table.add_column("configuration")
+    for _, heading, _ in columns:
+        table.add_column(heading, justify="right")
+    for result in report.results:
+        cells = [format_value(result.summary.get(key), spec) for key, _, spec in columns]
+        table.add_row(result.configuration.name, *cells)
+    tables = _tables()
+    tables.print(table)
+    shown = [c for c in report.comparisons if c.metric in TABLE_COMPARISONS]
+    if shown:
+        versus = Table(
+            title=f"against the baseline {report.results[0].configuration.name} "
+            "(paired randomization test; * p < 0.05)",
+            title_justify="left",
+        )
+        for heading in ("configuration", "metric", "baseline", "value", "Δ", "95% CI", "p"):
+            versus.add_column(heading, justify="left" if heading == "configuration" else "right")
+        for c in shown:
+            versus.add_row(
+                c.configuration,
+                c.metric,
+                f"{c.baseline_mean:.3f}",
+                f"{c.mean:.3f}",
+                f"{c.delta:+.3f}",
+                f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}]",
+                f"{c.p_value:.3f}{c.marker}",
+            )
+        tables.print(versus)
+    for result in report.results:
+        failed = [q for q in result.queries if q.error]
+        for query in failed[:3]:
+            out.print(
+                f"{result.configuration.name}: question {query.question_id} failed: {query.error}",
+                markup=False,
+            )
+        if len(failed) > 3:
+            out.print(
+                f"{result.configuration.name}: {len(failed) - 3} more failed questions "
+                "in report.json",
+                markup=False,
+            )
+    for note in report.notes:
+        out.print(f"note: {note}", markup=False)

@@ -1,0 +1,237 @@
+"""The evaluation report: per-configuration summaries, per-question results, comparisons.
+
+Summaries average over the judged questions (relevant documents known) for IR metrics, over
+questions with evidence strings for evidence recall, over answers that cite for citation
+validity, and over every question for latency, model calls, tokens, source queries and cost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentic_retrieval.eval.configurations import Configuration
+from agentic_retrieval.eval.datasets import Question
+from agentic_retrieval.eval.metrics import IR_METRICS, mean, percentile
+from agentic_retrieval.eval.runner import QueryResult
+from agentic_retrieval.eval.significance import Comparison, paired_comparison
+
+COMPARED_METRICS = (*IR_METRICS, "evidence_recall")
+TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # (summary key, heading, format)
+    ("nDCG@10", "nDCG@10", ".3f"),
+    ("R@10", "R@10", ".3f"),
+    ("R@50", "R@50", ".3f"),
+    ("R@100", "R@100", ".3f"),
+    ("MRR@10", "MRR@10", ".3f"),
+    ("MAP", "MAP", ".3f"),
+    ("evidence_recall", "evidence", ".3f"),
+    ("citation_validity", "citations", ".3f"),
+    ("latency_p50_ms", "p50 ms", ".0f"),
+    ("latency_p95_ms", "p95 ms", ".0f"),
+    ("model_calls", "calls/q", ".2f"),
+    ("tokens", "tokens/q", ".0f"),
+    ("source_queries", "searches/q", ".2f"),
+    ("cost", "USD/q", ".5f"),
+    ("errors", "errors", "d"),
+)
+
+
+@dataclass
+class ConfigurationResult:
+    """One configuration's results."""
+
+    configuration: Configuration
+    queries: list[QueryResult]
+    metrics: dict[str, dict[str, float]]
+    """``{metric: {question id: value}}`` over the judged questions."""
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, include_queries: bool = True) -> dict[str, Any]:
+        """JSON-ready form."""
+        data: dict[str, Any] = {
+            "name": self.configuration.name,
+            "configuration": {
+                "effort": self.configuration.effort,
+                "retrieval": self.configuration.retrieval,
+                "reranker": self.configuration.reranker,
+                "top_n": self.configuration.top_n,
+                "output_mode": self.configuration.output_mode,
+            },
+            "summary": self.summary,
+        }
+        if include_queries:
+            data["queries"] = [
+                {
+                    **q.to_dict(),
+                    "metrics": {
+                        m: v[q.question_id] for m, v in self.metrics.items() if q.question_id in v
+                    },
+                }
+                for q in self.queries
+            ]
+        return data
+
+
+def summarize(
+    queries: Sequence[QueryResult], metrics: Mapping[str, Mapping[str, float]]
+) -> dict[str, Any]:
+    """The summary row of one configuration (see the module docstring for the averages)."""
+    count = len(queries) or 1
+    latencies = [q.latency_ms for q in queries]
+    citing = [q.citations["validity"] for q in queries if q.citations is not None]
+    costs = [q.cost for q in queries if q.cost is not None]
+    summary: dict[str, Any] = {name: mean(values.values()) for name, values in metrics.items()}
+    summary.update(
+        questions=len(queries),
+        judged=len(next(iter(metrics.values()), {})),
+        errors=sum(1 for q in queries if q.error),
+        partial=sum(1 for q in queries if q.status in (206, 408)),
+        evidence_recall=mean(q.evidence_recall for q in queries),
+        citation_validity=mean(citing),
+        answers_without_citations=sum(
+            1 for q in queries if q.citations is not None and not q.citations["cited"]
+        ),
+        latency_p50_ms=percentile(latencies, 50),
+        latency_p95_ms=percentile(latencies, 95),
+        latency_mean_ms=mean(latencies),
+        model_calls=sum(q.model_calls for q in queries) / count,
+        input_tokens=sum(q.input_tokens for q in queries) / count,
+        output_tokens=sum(q.output_tokens for q in queries) / count,
+        reasoning_tokens=sum(q.reasoning_tokens for q in queries) / count,
+        tokens=sum(q.input_tokens + q.output_tokens for q in queries) / count,
+        source_queries=sum(q.source_queries for q in queries) / count,
+        cost=sum(costs) / count if costs and len(costs) == len(queries) else None,
+    )
+    return summary
+
+
+def compare(
+    results: Sequence[ConfigurationResult], questions: Sequence[Question], seed: int = 0
+) -> list[Comparison]:
+    """Every configuration against the first, per metric, on the questions both can score."""
+    if len(results) < 2:
+        return []
+    baseline = results[0]
+    evidence_ids = [q.id for q in questions if q.evidence]
+    comparisons = []
+    for other in results[1:]:
+        for metric in COMPARED_METRICS:
+            a, b = _paired(baseline, other, metric, evidence_ids)
+            if a:
+                names = (baseline.configuration.name, other.configuration.name, metric)
+                comparisons.append(paired_comparison(a, b, names=names, seed=seed))
+    return comparisons
+
+
+def _paired(
+    baseline: ConfigurationResult, other: ConfigurationResult, metric: str, evidence_ids: list[str]
+) -> tuple[list[float], list[float]]:
+    if metric == "evidence_recall":
+        first = {q.question_id: q.evidence_recall for q in baseline.queries}
+        second = {q.question_id: q.evidence_recall for q in other.queries}
+        ids = [i for i in evidence_ids if first.get(i) is not None and second.get(i) is not None]
+        return [first[i] or 0.0 for i in ids], [second[i] or 0.0 for i in ids]
+    first_m, second_m = baseline.metrics[metric], other.metrics[metric]
+    ids = [i for i in first_m if i in second_m]
+    return [first_m[i] for i in ids], [second_m[i] for i in ids]
+
+
+@dataclass
+class EvalReport:
+    """Everything one evaluation measured.
+
+    Attributes:
+        dataset: The dataset or knowledge base name.
+        results: One entry per configuration, the baseline first.
+        comparisons: Each configuration against the baseline, per metric.
+        notes: What was left out or could not be indexed, and why.
+        questions: The questions asked (with their judgements).
+        info: Where and how it ran (versions, split, time).
+    """
+
+    dataset: str
+    results: list[ConfigurationResult]
+    comparisons: list[Comparison]
+    notes: list[str]
+    questions: list[Question]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def result(self, name: str) -> ConfigurationResult:
+        """The result of the configuration called ``name``.
+
+        Raises:
+            KeyError: No configuration has that name.
+        """
+        for result in self.results:
+            if result.configuration.name == name:
+                return result
+        raise KeyError(
+            f"no configuration named {name!r}: {[r.configuration.name for r in self.results]}"
+        )
+
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """One row per configuration: its name and summary."""
+        return [{"configuration": r.configuration.name, **r.summary} for r in self.results]
+
+    def columns(self) -> list[tuple[str, str, str]]:
+        """The table columns that have a value for some configuration."""
+        return [
+            column
+            for column in TABLE_COLUMNS
+            if any(r.summary.get(column[0]) is not None for r in self.results)
+            and (column[0] != "errors" or any(r.summary["errors"] for r in self.results))
+        ]
+
+    def to_dict(self, include_queries: bool = True) -> dict[str, Any]:
+        """JSON-ready form (per-question results unless ``include_queries`` is false)."""
+        return {
+            "dataset": self.dataset,
+            "info": self.info,
+            "notes": self.notes,
+            "questions": len(self.questions),
+            "configurations": [r.to_dict(include_queries) for r in self.results],
+            "comparisons": [c.to_dict() for c in self.comparisons],
+        }
+
+    def write_json(self, path: str | Path) -> Path:
+        """Write the full report as JSON."""
+        target = Path(path)
+        target.write_text(
+            json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        return target
+
+    def markdown(self, metrics: Sequence[str] = ("nDCG@10", "R@100", "evidence_recall")) -> str:
+        """The summary table and the comparisons, as Markdown."""
+        columns = self.columns()
+        lines = [
+            "| configuration | " + " | ".join(h for _, h, _ in columns) + " |",
+            "|---" * (len(columns) + 1) + "|",
+        ]
+        for result in self.results:
+            cells = [format_value(result.summary.get(k), f) for k, _, f in columns]
+            lines.append(f"| {result.configuration.name} | " + " | ".join(cells) + " |")
+        shown = [c for c in self.comparisons if c.metric in metrics]
+        if shown:
+            lines += ["", "| vs baseline | metric | Δ | 95% CI | p |", "|---|---|---|---|---|"]
+            lines += [
+                f"| {c.configuration} | {c.metric} | {c.delta:+.3f} | "
+                f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.p_value:.3f}{c.marker} |"
+                for c in shown
+            ]
+        lines += [""] + [f"- {note}" for note in self.notes]
+        return "\n".join(lines).rstrip() + "\n"
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown()
+
+
+def format_value(value: Any, spec: str) -> str:
+    """A table cell: ``-`` for missing values."""
+    if value is None:
+        return "-"
+    return format(value, spec)

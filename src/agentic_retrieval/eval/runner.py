@@ -1,0 +1,164 @@
+"""Ask every question of one configuration and record what came back, question by question.
+
+A question that fails (a bad request, a crash inside the pipeline) is recorded with its
+error and scores 0 on the IR metrics; it is never skipped. A partial response (a source
+failed, the time limit elapsed) is scored on what it returned, with the source errors kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agentic_retrieval.context import Context
+from agentic_retrieval.errors import InvalidRequestError
+from agentic_retrieval.eval.configurations import Configuration
+from agentic_retrieval.eval.datasets import Question
+from agentic_retrieval.eval.folding import fold
+from agentic_retrieval.eval.metrics import citation_check, evidence_found
+from agentic_retrieval.eval.pricing import Price, cost
+from agentic_retrieval.eval.usage import UsageCounter
+from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.wire.models import RetrieveResponse
+
+logger = logging.getLogger(__name__)
+
+QuestionDone = Callable[[Configuration, "QueryResult"], None]
+
+
+@dataclass
+class QueryResult:
+    """What one configuration returned for one question."""
+
+    question_id: str
+    documents: list[str] = field(default_factory=list)
+    """Document keys in rank order (chunks folded, first occurrence)."""
+    chunks: int = 0
+    latency_ms: float = 0.0
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    source_queries: int = 0
+    cost: float | None = None
+    status: int | None = None
+    error: str | None = None
+    """Why the question failed (then it scores 0)."""
+    source_errors: list[str] = field(default_factory=list)
+    evidence: list[bool] | None = None
+    """For each evidence string of the question, whether the retrieved text contains it."""
+    citations: dict[str, Any] | None = None
+    answer: str | None = None
+    unpriced: list[str] = field(default_factory=list)
+
+    @property
+    def evidence_recall(self) -> float | None:
+        """Share of the evidence strings found (``None`` without evidence)."""
+        return sum(self.evidence) / len(self.evidence) if self.evidence else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        data = asdict(self)
+        data["evidence_recall"] = self.evidence_recall
+        return data
+
+
+def build_request(kb: KnowledgeBase, question: Question) -> dict[str, Any]:
+    """The retrieve request for a question: its turns, and source data on every reference."""
+    return {
+        "messages": [
+            {"role": role, "content": [{"type": "text", "text": text}]}
+            for role, text in question.messages
+            if text.strip()
+        ],
+        "knowledgeSourceParams": [
+            {"knowledgeSourceName": name, "kind": source.kind, "includeReferenceSourceData": True}
+            for name, source in kb.sources.items()
+        ],
+    }
+
+
+async def run_question(
+    kb: KnowledgeBase,
+    configuration: Configuration,
+    question: Question,
+    context: Context,
+    prices: Mapping[str, Price] | None = None,
+) -> QueryResult:
+    """Ask one question; never raises for a failing question (the error is recorded)."""
+    counter = UsageCounter()
+    result = QueryResult(question.id)
+    started = time.perf_counter()
+    try:
+        response = await kb.aretrieve(
+            build_request(kb, question), config={"callbacks": [counter]}, defaults=context
+        )
+    except InvalidRequestError as exc:
+        result.error = str(exc)
+    except Exception as exc:  # one broken question must not end the evaluation
+        logger.warning("question %s failed: %s", question.id, exc)
+        result.error = f"{type(exc).__name__}: {exc}"
+    else:
+        _read_response(result, response, question, configuration)
+    result.latency_ms = (time.perf_counter() - started) * 1000
+    usage = counter.totals()
+    result.model_calls = usage.model_calls
+    result.input_tokens, result.output_tokens = usage.input_tokens, usage.output_tokens
+    result.reasoning_tokens = usage.reasoning_tokens
+    if prices is not None:
+        result.cost, unpriced = cost(usage.calls, prices)
+        result.unpriced = sorted(unpriced)
+    return result
+
+
+def _read_response(
+    result: QueryResult,
+    response: RetrieveResponse,
+    question: Question,
+    configuration: Configuration,
+) -> None:
+    references = response.references
+    result.status = response.status_code
+    result.documents = fold(references)
+    result.chunks = len(references)
+    for record in response.activity or []:
+        data = record.model_dump(by_alias=True, exclude_none=True)
+        if "knowledgeSourceName" in data:
+            result.source_queries += 1
+        if record.error is not None:
+            result.source_errors.append(f"{record.type}: {record.error.message}")
+    if question.evidence:
+        retrieved = "\n".join(str((r.source_data or {}).get("content", "")) for r in references)
+        result.evidence = evidence_found(question.evidence, retrieved)
+    if configuration.output_mode == "answerSynthesis":
+        result.answer = response.text
+        result.citations = citation_check(response.text, [r.id for r in references])
+
+
+async def run_configuration(
+    kb: KnowledgeBase,
+    configuration: Configuration,
+    questions: Sequence[Question],
+    *,
+    prices: Mapping[str, Price] | None = None,
+    concurrency: int = 1,
+    on_done: QuestionDone | None = None,
+) -> list[QueryResult]:
+    """Ask every question (``concurrency`` at a time); results in question order."""
+    context = configuration.context(kb.defaults)
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(question: Question) -> QueryResult:
+        async with gate:
+            result = await run_question(kb, configuration, question, context, prices)
+        if on_done is not None:
+            on_done(configuration, result)
+        return result
+
+    if concurrency <= 1:  # strictly one after another: latencies without contention
+        return [await one(question) for question in questions]
+    return list(await asyncio.gather(*(one(q) for q in questions)))

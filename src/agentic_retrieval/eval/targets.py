@@ -1,0 +1,211 @@
+"""What an evaluation runs against: a knowledge-base directory, or a ``KnowledgeBase`` object.
+
+A directory can be opened lexically (vectors ignored) or as indexed (hybrid where a source
+has vectors), with any reranker by name, so each configuration gets its own
+:class:`~agentic_retrieval.KnowledgeBase` over the same SQLite files. A ``KnowledgeBase``
+object is evaluated as it is built; only effort, depth and output mode can vary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+
+from agentic_retrieval.errors import EvalConfigurationError, InvalidRequestError
+from agentic_retrieval.eval.configurations import Configuration
+from agentic_retrieval.eval.datasets import MAX_LISTED, DatasetError, Question
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.rerankers.registry import reranker_by_name
+from agentic_retrieval.sources.local import LocalKnowledgeSource
+from agentic_retrieval.sources.local.ingest import slugify
+
+
+class EvalTarget:
+    """Builds the knowledge base each configuration runs on."""
+
+    name = "knowledge-base"
+
+    def knowledge_base(self, configuration: Configuration) -> KnowledgeBase:
+        """The knowledge base for ``configuration``."""
+        raise NotImplementedError
+
+    def document_keys(self) -> set[str] | None:
+        """Every document key judgements may name (``None``: cannot be listed)."""
+        return None
+
+    def close(self) -> None:
+        """Release what was opened."""
+
+
+class DirectoryTarget(EvalTarget):
+    """A knowledge-base directory, opened lexically or as indexed.
+
+    Args:
+        path: The directory.
+        chat_model: For configurations above minimal effort (object or ``provider:model``;
+            ``None``: ``$AGENTIC_RETRIEVAL_CHAT_MODEL``).
+        embeddings: An ``Embeddings`` for hybrid sources (``None``: each source's recorded
+            model, built by name).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        chat_model: BaseChatModel | str | None = None,
+        embeddings: Embeddings | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.chat_model = chat_model
+        self.embeddings = embeddings
+        self._directories: dict[str, KnowledgeBaseDirectory] = {}
+        self.name = self._directory("lexical").name
+
+    def _directory(self, retrieval: str) -> KnowledgeBaseDirectory:
+        # one directory object per retrieval mode: each caches its opened sources
+        if retrieval not in self._directories:
+            self._directories[retrieval] = KnowledgeBaseDirectory(self.path).load()
+        return self._directories[retrieval]
+
+    def sources(self, retrieval: str | None) -> list[LocalKnowledgeSource]:
+        """The sources opened for a retrieval mode.
+
+        Raises:
+            EvalConfigurationError: ``hybrid`` on a knowledge base without vectors, or no sources.
+        """
+        mode = retrieval or "indexed"
+        directory = self._directory(mode)
+        if not directory.source_names:
+            raise EvalConfigurationError(f"knowledge base {directory.name!r} has no sources")
+        if mode == "hybrid" and not any(entry.embeddings for entry in directory.sources):
+            raise EvalConfigurationError(
+                f"hybrid retrieval: no source of {directory.name!r} was indexed with vectors "
+                "(index with --embeddings local or provider:model)"
+            )
+        return directory.open_sources(False if mode == "lexical" else self.embeddings)
+
+    def knowledge_base(self, configuration: Configuration) -> KnowledgeBase:
+        """A knowledge base over the sources for the configuration's retrieval mode."""
+        directory = self._directory(configuration.retrieval or "indexed")
+        return KnowledgeBase(
+            self.sources(configuration.retrieval),
+            name=directory.name,
+            description=directory.description,
+            chat_model=self.chat_model,
+            reranker=reranker_by_name(configuration.reranker),
+            defaults=configuration.context(),
+        )
+
+    def document_keys(self) -> set[str]:
+        """Record ids and file slugs of every source."""
+        keys: set[str] = set()
+        for source in self.sources("lexical"):
+            keys |= source.store.document_keys()
+        return keys
+
+    def close(self) -> None:
+        """Close every opened source."""
+        for directory in self._directories.values():
+            directory.close()
+
+
+class KnowledgeBaseTarget(EvalTarget):
+    """A ``KnowledgeBase`` object, evaluated with its own sources, reranker and models."""
+
+    def __init__(self, knowledge_base: KnowledgeBase) -> None:
+        self.kb = knowledge_base
+        self.name = knowledge_base.name
+
+    def knowledge_base(self, configuration: Configuration) -> KnowledgeBase:
+        """The knowledge base itself (each call passes the configuration's settings).
+
+        Raises:
+            EvalConfigurationError: The configuration chooses a retrieval mode or reranker,
+                which only a knowledge-base directory can change.
+        """
+        if configuration.retrieval is not None or configuration.reranker is not None:
+            raise EvalConfigurationError(
+                f"configuration {configuration.name}: a KnowledgeBase object is evaluated with "
+                "its own sources and reranker; to compare lexical/hybrid or rerankers, "
+                "evaluate its knowledge-base directory (or build one KnowledgeBase per setting)"
+            )
+        return self.kb
+
+    def document_keys(self) -> set[str] | None:
+        """Document keys of its local sources; ``None`` when another kind is present."""
+        keys: set[str] = set()
+        for source in self.kb.sources.values():
+            if not isinstance(source, LocalKnowledgeSource):
+                return None
+            keys |= source.store.document_keys()
+        return keys
+
+
+def check_model(kb: KnowledgeBase, configuration: Configuration) -> None:
+    """Fail before the run when a configuration needs a chat model that is not configured.
+
+    Raises:
+        EvalConfigurationError: Naming the configuration and how to configure a model.
+    """
+    if not configuration.needs_model:
+        return
+    probe = kb.parse_request(
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "probe"}]}]}
+    )
+    try:
+        kb.check(probe, configuration.context(kb.defaults))
+    except InvalidRequestError as exc:
+        raise EvalConfigurationError(
+            f"configuration {configuration.name} needs a chat model: {exc}"
+        ) from None
+
+
+def resolve_judgements(questions: Sequence[Question], keys: set[str] | None) -> list[Question]:
+    """Map judged keys onto the knowledge base's document keys.
+
+    A key is a record id or a file's slug; a file may also be named by its path relative to
+    the indexed folder's parent (``riders/fares.md`` for the slug ``riders-fares-md``).
+
+    Raises:
+        DatasetError: Judgements naming documents the knowledge base does not hold.
+    """
+    if keys is None:
+        return list(questions)
+    resolved: list[Question] = []
+    unknown: list[str] = []
+    for question in questions:
+        relevant: dict[str, int] = {}
+        for key, grade in question.relevant.items():
+            match = key if key in keys else slugify(key) if slugify(key) in keys else None
+            if match is None:
+                unknown.append(key)
+            else:
+                relevant[match] = max(grade, relevant.get(match, grade))
+        resolved.append(_with_relevant(question, relevant))
+    if unknown:
+        distinct = list(dict.fromkeys(unknown))
+        listed = ", ".join(distinct[:MAX_LISTED]) + (" ..." if len(distinct) > MAX_LISTED else "")
+        raise DatasetError(
+            f"the questions judge {len(distinct)} documents the knowledge base does not hold: "
+            f"{listed} (keys are record ids or file slugs such as 'docs-guide-md')"
+        )
+    return resolved
+
+
+def _with_relevant(question: Question, relevant: dict[str, int]) -> Question:
+    return Question(question.id, question.messages, relevant, question.evidence, question.answer)
+
+
+def all_document_keys(targets: Iterable[EvalTarget]) -> set[str] | None:
+    """The union of the targets' document keys (``None`` if any cannot list them)."""
+    keys: set[str] = set()
+    for target in targets:
+        listed = target.document_keys()
+        if listed is None:
+            return None
+        keys |= listed
+    return keys
