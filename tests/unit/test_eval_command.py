@@ -71,6 +71,8 @@ def test_eval_command_end_to_end_with_exact_numbers(tmp_path, dataset):
     assert "note: 1 of 5 queries have no judgements" in result.stdout
 
     report = json.loads((out / "report.json").read_text())
+    assert [q["id"] for q in report["questions"]] == ["q1", "q2", "q3", "q4"]
+    assert report["questions"][0]["relevant"] == {"d1": 2, "d5": 1}
     baseline, top1 = report["configurations"]
     assert baseline["name"] == "minimal/lexical/default/top10"
     for metric, value in EXPECTED.items():

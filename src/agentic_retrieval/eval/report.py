@@ -192,7 +192,16 @@ class EvalReport:
             "dataset": self.dataset,
             "info": self.info,
             "notes": self.notes,
-            "questions": len(self.questions),
+            "questions": [
+                {
+                    "id": q.id,
+                    "question": q.text,
+                    "relevant": dict(q.relevant),
+                    "evidence": list(q.evidence),
+                    "answer": q.answer,
+                }
+                for q in self.questions
+            ],
             "configurations": [r.to_dict(include_queries) for r in self.results],
             "comparisons": [c.to_dict() for c in self.comparisons],
         }
