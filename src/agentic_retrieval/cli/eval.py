@@ -27,6 +27,7 @@ from agentic_retrieval.sources.local import IndexProgress
 
 TABLE_COMPARISONS = ("nDCG@10", "R@100", "evidence_recall")
 PIPED_WIDTH = 240
+SHOWN_FAILURES = 3
 
 
 @app.command("eval")
@@ -180,12 +181,33 @@ def _tables() -> Console:
 
 
 def render_report(report: EvalReport) -> None:
-    """Print the summary table, the comparisons with the baseline and the notes."""
+    """Print the summary table, the comparisons with the baseline, failures and notes."""
+    tables = _tables()
+    tables.print(summary_table(report))
+    versus = comparison_table(report)
+    if versus is not None:
+        tables.print(versus)
+    for result in report.results:
+        failed = [q for q in result.queries if q.error]
+        for query in failed[:SHOWN_FAILURES]:
+            line = (
+                f"{result.configuration.name}: question {query.question_id} failed: {query.error}"
+            )
+            out.print(line, markup=False)
+        if len(failed) > SHOWN_FAILURES:
+            more = len(failed) - SHOWN_FAILURES
+            out.print(f"{result.configuration.name}: {more} more failed questions in report.json")
+    for note in report.notes:
+        out.print(f"note: {note}", markup=False)
+
+
+def summary_table(report: EvalReport) -> Table:
+    """One row per configuration, the columns that have values."""
     columns = report.columns()
-    questions = len(report.questions)
     judged = report.results[0].summary["judged"] if report.results else 0
     table = Table(
-        title=f"{report.dataset}: {questions} questions ({judged} with judged documents)",
+        title=f"{report.dataset}: {len(report.questions)} questions "
+        f"({judged} with judged documents)",
         title_justify="left",
     )
     table.add_column("configuration")
@@ -194,40 +216,29 @@ def render_report(report: EvalReport) -> None:
     for result in report.results:
         cells = [format_value(result.summary.get(key), spec) for key, _, spec in columns]
         table.add_row(result.configuration.name, *cells)
-    tables = _tables()
-    tables.print(table)
+    return table
+
+
+def comparison_table(report: EvalReport) -> Table | None:
+    """The main metrics of each configuration against the baseline (``None``: nothing to show)."""
     shown = [c for c in report.comparisons if c.metric in TABLE_COMPARISONS]
-    if shown:
-        versus = Table(
-            title=f"against the baseline {report.results[0].configuration.name} "
-            "(paired randomization test; * p < 0.05)",
-            title_justify="left",
+    if not shown:
+        return None
+    table = Table(
+        title=f"against the baseline {report.results[0].configuration.name} "
+        "(paired randomization test; * p < 0.05)",
+        title_justify="left",
+    )
+    for heading in ("configuration", "metric", "baseline", "value", "Δ", "95% CI", "p"):
+        table.add_column(heading, justify="left" if heading == "configuration" else "right")
+    for c in shown:
+        table.add_row(
+            c.configuration,
+            c.metric,
+            f"{c.baseline_mean:.3f}",
+            f"{c.mean:.3f}",
+            f"{c.delta:+.3f}",
+            f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}]",
+            f"{c.p_value:.3f}{c.marker}",
         )
-        for heading in ("configuration", "metric", "baseline", "value", "Δ", "95% CI", "p"):
-            versus.add_column(heading, justify="left" if heading == "configuration" else "right")
-        for c in shown:
-            versus.add_row(
-                c.configuration,
-                c.metric,
-                f"{c.baseline_mean:.3f}",
-                f"{c.mean:.3f}",
-                f"{c.delta:+.3f}",
-                f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}]",
-                f"{c.p_value:.3f}{c.marker}",
-            )
-        tables.print(versus)
-    for result in report.results:
-        failed = [q for q in result.queries if q.error]
-        for query in failed[:3]:
-            out.print(
-                f"{result.configuration.name}: question {query.question_id} failed: {query.error}",
-                markup=False,
-            )
-        if len(failed) > 3:
-            out.print(
-                f"{result.configuration.name}: {len(failed) - 3} more failed questions "
-                "in report.json",
-                markup=False,
-            )
-    for note in report.notes:
-        out.print(f"note: {note}", markup=False)
+    return table
