@@ -18,6 +18,9 @@ that catches those keeps working. The kinds:
 - :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
 - :class:`EvaluationError`: an evaluation's dataset (:class:`DatasetError`), configurations
   (:class:`EvalConfigurationError`) or price table (:class:`PriceTableError`).
+- :class:`ServiceError`: a management operation of the knowledge service (``serve --data``):
+  an invalid definition (400), a missing resource (404), a conflict (409), a failed
+  precondition (412), an unsupported (415) or unreadable (400) upload.
 - :class:`RerankError`: the LLM grader produced no scores and has no fallback.
 
 Each class is also importable from the module that raises it (e.g.
@@ -181,6 +184,51 @@ class EvalConfigurationError(EvaluationError):
 
 class PriceTableError(EvaluationError):
     """A price table that cannot be read."""
+
+
+# --- the knowledge service (serve --data) ---------------------------------------------------
+
+
+class ServiceError(AgenticRetrievalError):
+    """A management operation on the knowledge service's data directory failed."""
+
+
+class InvalidDefinitionError(ServiceError, InvalidRequestError):
+    """An index, knowledge source or knowledge base definition is invalid (HTTP 400)."""
+
+
+class UnsupportedKindError(InvalidDefinitionError):
+    """A knowledge source of a kind this service cannot host (HTTP 400)."""
+
+
+class ResourceNotFoundError(ServiceError, LookupError):
+    """No index, knowledge source, knowledge base, document or file of that name (HTTP 404)."""
+
+
+class ResourceConflictError(ServiceError, ValueError):
+    """The operation conflicts with the current state (HTTP 409).
+
+    For example a name already in use, or a resource another one still references.
+    """
+
+
+class PreconditionFailedError(ServiceError, ValueError):
+    """An ``If-Match`` / ``If-None-Match`` condition does not hold (HTTP 412)."""
+
+
+class BatchTooLargeError(ServiceError, ValueError):
+    """A document batch has more actions than one request may carry (HTTP 413)."""
+
+
+class UnsupportedFileError(ServiceError, ValueError):
+    """An uploaded file's type cannot be converted to text (HTTP 415).
+
+    When an optional extra would convert it, the message names the extra.
+    """
+
+
+class UnreadableFileError(ServiceError, ValueError):
+    """An uploaded file is corrupt or has no text (HTTP 400)."""
 
 
 # --- rerankers -----------------------------------------------------------------------------

@@ -15,10 +15,14 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
+from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.server.auth import ApiKeys, Role
+from agentic_retrieval.rerankers.registry import reranker_by_name
+from agentic_retrieval.server.auth import ApiKeys, Role, require_role
 from agentic_retrieval.server.errors import ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
+from agentic_retrieval.server.management import Management, add_management_routes
 from agentic_retrieval.server.settings import ServerSettings
 from agentic_retrieval.server.streaming import EVENT_STREAM, retrieve_events, wants_event_stream
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
@@ -31,27 +35,33 @@ KnowledgeBases = KnowledgeBase | Iterable[KnowledgeBase] | Mapping[str, Knowledg
 
 
 def create_app(
-    knowledge_bases: KnowledgeBases,
+    knowledge_bases: KnowledgeBases = (),
     *,
     settings: ServerSettings | None = None,
     mcp: bool = True,
+    service: ServiceDirectory | None = None,
 ) -> FastAPI:
-    """Build the ASGI app serving ``knowledge_bases``.
+    """Build the ASGI app serving ``knowledge_bases`` and, with ``service``, managing more.
 
     Args:
-        knowledge_bases: One knowledge base, several, or a mapping of name to knowledge base.
+        knowledge_bases: One knowledge base, several, or a mapping of name to knowledge base
+            (served as they are; read-only over REST).
         settings: Keys and limits (default: :class:`ServerSettings` defaults, keys from the
             environment).
-        mcp: Also serve each knowledge base as an MCP server at
+        mcp: Also serve each of ``knowledge_bases`` as an MCP server at
             ``/knowledgebases/{name}/mcp``.
+        service: A data directory: indexes, knowledge sources and knowledge bases created,
+            changed and deleted over the management REST API (``serve --data DIR``).
 
     Returns:
         The FastAPI application (run it with uvicorn).
     """
     settings = settings or ServerSettings()
-    registry = _registry(knowledge_bases)
+    fixed = _registry(knowledge_bases)
+    catalog = ServiceCatalog(service, reranker=reranker_by_name(None)) if service else None
+    registry = KnowledgeBaseRegistry(fixed, catalog)
     keys = settings.keys()
-    mounts = _mcp_mounts(registry, keys, settings.host) if mcp else None
+    mounts = _mcp_mounts(fixed, keys, settings.host) if mcp and fixed else None
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -75,6 +85,11 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         max_in_flight=settings.max_in_flight,
         retry_after_seconds=settings.retry_after_seconds,
+        max_upload_bytes=settings.max_upload_bytes,
+    )
+    add_management_routes(
+        app,
+        Management(registry, keys, service, catalog, max_file_bytes=settings.max_upload_bytes),
     )
     _add_routes(app, registry, keys)
     if mounts is not None:
@@ -83,25 +98,10 @@ def create_app(
     return app
 
 
-def _add_routes(app: FastAPI, registry: dict[str, KnowledgeBase], keys: ApiKeys) -> None:
+def _add_routes(app: FastAPI, registry: Mapping[str, KnowledgeBase], keys: ApiKeys) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
-
-    @app.get("/knowledgebases")
-    async def list_knowledge_bases(
-        request: Request, api_version: str | None = ApiVersion
-    ) -> dict[str, Any]:
-        authorize(request, keys, "admin")
-        check_api_version(api_version)
-        return {"value": [describe(kb) for kb in registry.values()]}
-
-    async def get_knowledge_base(
-        name: str, request: Request, api_version: str | None = ApiVersion
-    ) -> dict[str, Any]:
-        authorize(request, keys, "admin")
-        check_api_version(api_version)
-        return describe(lookup(registry, name))
 
     async def retrieve(name: str, request: Request, api_version: str | None = ApiVersion) -> Any:
         authorize(request, keys, "query")
@@ -125,8 +125,6 @@ def _add_routes(app: FastAPI, registry: dict[str, KnowledgeBase], keys: ApiKeys)
             )
         return JSONResponse(response.to_wire(), status_code=response.status_code)
 
-    for path in ("/knowledgebases/{name}", "/knowledgebases('{name}')"):
-        app.add_api_route(path, get_knowledge_base, methods=["GET"])
     retrieve_paths = (
         "/knowledgebases/{name}/retrieve",
         "/knowledgebases('{name}')/retrieve",
@@ -140,17 +138,7 @@ def _add_routes(app: FastAPI, registry: dict[str, KnowledgeBase], keys: ApiKeys)
 
 def authorize(request: Request, keys: ApiKeys, needed: Role) -> None:
     """Raise 401 for a missing/wrong key, 403 for a query key on an admin operation."""
-    role = keys.role_of(request.headers)
-    if role is None:
-        raise ApiError(
-            401,
-            "Access denied: send a valid key in the 'api-key' header or as "
-            "'Authorization: Bearer <key>'.",
-        )
-    if needed == "admin" and role != "admin":
-        raise ApiError(
-            403, "A query key may only call retrieve; this operation needs an admin key."
-        )
+    require_role(keys, request.headers, needed)
 
 
 def check_api_version(api_version: str | None) -> None:
@@ -187,20 +175,6 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise ApiError(400, f"body: expected a JSON object, got {type(payload).__name__}.")
     return payload
-
-
-def describe(kb: KnowledgeBase) -> dict[str, Any]:
-    """What a client may know about ``kb``: names, kinds and descriptions, no secrets."""
-    return {
-        "name": kb.name,
-        "description": kb.description or None,
-        "knowledgeSources": [
-            {"name": name, "kind": source.kind, "description": source.description or None}
-            for name, source in kb.sources.items()
-        ],
-        "retrievalReasoningEffort": {"kind": kb.defaults.reasoning_effort},
-        "outputMode": kb.defaults.output_mode,
-    }
 
 
 def _registry(knowledge_bases: KnowledgeBases) -> dict[str, KnowledgeBase]:

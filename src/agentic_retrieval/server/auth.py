@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from agentic_retrieval.server.errors import ApiError
+
 ENV_VAR = "AGENTIC_RETRIEVAL_API_KEYS"
 """Comma-separated keys; ``query:KEY`` marks a query key, ``KEY`` or ``admin:KEY`` an admin key."""
 
@@ -71,6 +73,27 @@ class ApiKeys:
         if is_admin:
             return "admin"
         return "query" if is_query else None
+
+
+def require_role(keys: ApiKeys, headers: Mapping[str, str], needed: Role) -> Role:
+    """The caller's role, or 401 (missing or wrong key) or 403 (a query key, admin needed).
+
+    Raises:
+        ApiError: 401 or 403.
+    """
+    role = keys.role_of(headers)
+    if role is None:
+        raise ApiError(
+            401,
+            "Access denied: send a valid key in the 'api-key' header or as "
+            "'Authorization: Bearer <key>'.",
+        )
+    if needed == "admin" and role != "admin":
+        raise ApiError(
+            403,
+            "A query key may only retrieve and search; this operation needs an admin key.",
+        )
+    return role
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:

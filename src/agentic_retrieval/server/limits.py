@@ -7,6 +7,7 @@ burst of requests costs almost nothing to refuse.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -15,6 +16,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError
 
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
+UPLOAD_PATH = re.compile(r".*/(docs/index|docs/search\.index|files|files\('[^/]*'\)|files/[^/]+)\Z")
+"""Document batches and file uploads: bodies up to ``max_upload_bytes``."""
 _UNLIMITED_PATHS = {"/healthz"}
 
 
@@ -27,15 +30,23 @@ class GuardMiddleware:
     Args:
         app: The wrapped ASGI application.
         max_body_bytes: Largest request body accepted.
+        max_upload_bytes: Largest body of a document batch or file upload (:data:`UPLOAD_PATH`).
         max_in_flight: Most requests handled at once (``/healthz`` is not counted).
         retry_after_seconds: The ``Retry-After`` value of a 429.
     """
 
     def __init__(
-        self, app: ASGIApp, *, max_body_bytes: int, max_in_flight: int, retry_after_seconds: int
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_in_flight: int,
+        retry_after_seconds: int,
+        max_upload_bytes: int | None = None,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_upload_bytes = max(max_upload_bytes or 0, max_body_bytes)
         self.max_in_flight = max_in_flight
         self.retry_after_seconds = retry_after_seconds
         self.in_flight = 0
@@ -73,9 +84,10 @@ class GuardMiddleware:
 
     async def _buffered(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
         """Read the whole body (up to the limit) and return a receive that replays it."""
+        limit = self.max_upload_bytes if UPLOAD_PATH.match(scope["path"]) else self.max_body_bytes
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            await _send_error(send, self._too_large())
+        if declared is not None and declared > limit:
+            await _send_error(send, self._too_large(limit))
             return None
         chunks: list[bytes] = []
         size = 0
@@ -85,8 +97,8 @@ class GuardMiddleware:
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
-                await _send_error(send, self._too_large())
+            if size > limit:
+                await _send_error(send, self._too_large(limit))
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -103,10 +115,8 @@ class GuardMiddleware:
 
         return replay
 
-    def _too_large(self) -> ApiError:
-        return ApiError(
-            413, f"The request body is larger than the limit of {self.max_body_bytes} bytes."
-        )
+    def _too_large(self, limit: int) -> ApiError:
+        return ApiError(413, f"The request body is larger than the limit of {limit} bytes.")
 
 
 def _content_length(scope: Scope) -> int | None:

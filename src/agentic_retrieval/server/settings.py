@@ -8,6 +8,8 @@ from agentic_retrieval.server.auth import ApiKeys
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest request body accepted (1 MiB); bigger bodies get a 413 before any parsing."""
+DEFAULT_MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+"""Largest document batch or uploaded file (16 MiB, Azure's batch limit)."""
 
 
 @dataclass(kw_only=True)
@@ -20,6 +22,8 @@ class ServerSettings:
         query_keys: Keys that may only retrieve (REST ``retrieve`` and the MCP tool).
         read_env_keys: Also read keys from ``$AGENTIC_RETRIEVAL_API_KEYS``.
         max_body_bytes: Largest request body; bigger ones get a 413.
+        max_upload_bytes: Largest document batch (``docs/index``) or uploaded file of a file
+            knowledge source.
         max_in_flight: Most requests handled at once; further ones get a 429.
         retry_after_seconds: The ``Retry-After`` value sent with a 429.
         host: The interface the server listens on; on loopback the MCP endpoint also
@@ -30,6 +34,7 @@ class ServerSettings:
     query_keys: list[str] = field(default_factory=list)
     read_env_keys: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     max_in_flight: int = 64
     retry_after_seconds: int = 1
     host: str = "127.0.0.1"

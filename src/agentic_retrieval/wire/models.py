@@ -26,11 +26,14 @@ OutputMode = Literal["extractiveData", "answerSynthesis"]
 
 SUPPORTED_API_VERSIONS = (
     "2026-04-01",
+    "2026-10-01",
+    "2026-08-01-preview",
+    "2026-05-01-preview",
     "2025-11-01-preview",
     "2025-08-01-preview",
     "2025-05-01-preview",
 )
-"""api-versions the HTTP server accepts: the GA version first, then the previews."""
+"""api-versions the HTTP server accepts: the GA versions first, then the previews."""
 
 
 class WireModel(BaseModel):

@@ -348,6 +348,60 @@ class LocalStore:
         rows = self._connection().execute("SELECT slug FROM files")
         return {r[0].removeprefix(RECORD_PREFIX) for r in rows}
 
+    def stored_metadata(self, path: str) -> dict[str, Any] | None:
+        """The metadata stored with ``path`` when it was indexed, or ``None`` if it is not."""
+        row = (
+            self._connection()
+            .execute("SELECT metadata FROM files WHERE path = ?", (path,))
+            .fetchone()
+        )
+        return json.loads(row[0]) if row else None
+
+    def count_files(self, prefix: str = "") -> int:
+        """How many indexed paths start with ``prefix``."""
+        row = (
+            self._connection()
+            .execute(
+                "SELECT count(*) FROM files WHERE substr(path, 1, ?) = ?", (len(prefix), prefix)
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def files_page(
+        self, prefix: str, after: str | None, limit: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Up to ``limit`` (path, stored metadata) pairs whose path starts with ``prefix``.
+
+        In path order, starting after the path ``after``.
+        """
+        rows = self._connection().execute(
+            "SELECT path, metadata FROM files WHERE substr(path, 1, ?) = ? AND path > ? "
+            "ORDER BY path LIMIT ?",
+            (len(prefix), prefix, after or "", limit),
+        )
+        return [(row[0], json.loads(row[1])) for row in rows]
+
+    def count_matching_files(self, text: str, filter_expr: Expr | None = None) -> int:
+        """How many files have a chunk matching ``text`` and ``filter_expr``.
+
+        Text matches as in :meth:`search` (``*`` or empty: every chunk passing the filter).
+        """
+        where, params = self._filter_sql(filter_expr)
+        match = fts_match_expression(text, segmented=self.segmented)
+        if match is None:
+            if text.strip() not in ("", "*") and filter_expr is None:
+                return 0
+            sql = f"SELECT count(DISTINCT c.file_id) FROM chunks c WHERE {where}"
+            row = self._connection().execute(sql, params).fetchone()
+        else:
+            sql = (
+                "SELECT count(DISTINCT c.file_id) FROM chunks_fts "
+                f"JOIN chunks c ON c.rid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND {where}"
+            )
+            row = self._connection().execute(sql, [match, *params]).fetchone()
+        return int(row[0])
+
     def slug_owner(self, slug: str) -> str | None:
         """Return the path whose chunks use ``slug``, if any."""
         row = (

@@ -1,0 +1,199 @@
+"""Live objects built from a service directory's definitions, rebuilt when they change.
+
+:class:`ServiceCatalog` turns stored definitions into what requests use: a
+:class:`~agentic_retrieval.knowledge_base.KnowledgeBase` per knowledge base (its sources over
+the embedded stores, its defaults from the definition), the documents of each index, the
+store of each file source. Everything is built on first use and cached until the directory's
+generation moves (a definition changed, in this process or another), so a request never sees
+a mix of old and new definitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from agentic_retrieval.context import Context
+from agentic_retrieval.kb.definitions import (
+    IndexDefinition,
+    KnowledgeBaseDefinition,
+    KnowledgeSourceDefinition,
+)
+from agentic_retrieval.kb.index_documents import IndexDocuments
+from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
+from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.rerankers.base import Reranker
+from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
+from agentic_retrieval.sources.local.documents import DocumentStore
+
+
+class ServiceCatalog:
+    """Knowledge bases, index documents and file stores of a service directory.
+
+    Args:
+        service: The data directory.
+        chat_model: The chat model of every knowledge base (default: the environment's).
+        reranker: The reranker of every knowledge base (``None``: the library default).
+    """
+
+    def __init__(
+        self,
+        service: ServiceDirectory,
+        *,
+        chat_model: BaseChatModel | str | None = None,
+        reranker: Reranker | None = None,
+    ) -> None:
+        self.service = service
+        self.chat_model = chat_model
+        self.reranker = reranker
+        self._lock = threading.RLock()
+        self._generation = -1
+        self._cache: dict[tuple[str, str], Any] = {}
+
+    def knowledge_base(self, name: str) -> KnowledgeBase | None:
+        """The knowledge base called ``name``, built from its definition."""
+        return self._cached(("knowledgeBase", name), self._build_knowledge_base)
+
+    def knowledge_base_names(self) -> list[str]:
+        """Names of the defined knowledge bases, sorted."""
+        return [d.name for d in self.service.definitions("knowledgeBase")]
+
+    def index_documents(self, name: str) -> IndexDocuments | None:
+        """The documents of index ``name``."""
+        return self._cached(("index", name), self._build_index_documents)
+
+    def file_documents(self, name: str) -> DocumentStore | None:
+        """The store of file knowledge source ``name`` (``None`` for other kinds)."""
+        return self._cached(("files", name), self._build_file_documents)
+
+    def _cached(self, key: tuple[str, str], build: Callable[[str], Any]) -> Any:
+        generation = self.service.generation()
+        with self._lock:
+            if generation != self._generation:
+                self._cache.clear()
+                self._generation = generation
+            if key not in self._cache:
+                self._cache[key] = build(key[1])
+            return self._cache[key]
+
+    def _build_index_documents(self, name: str) -> IndexDocuments | None:
+        stored = self.service.get("index", name)
+        if stored is None:
+            return None
+        index = IndexDefinition.model_validate(stored.body)
+        return IndexDocuments(index, DocumentStore(self.service.store(stored)))
+
+    def _build_file_documents(self, name: str) -> DocumentStore | None:
+        stored = self.service.get("knowledgeSource", name)
+        if stored is None or stored.store is None:
+            return None
+        return DocumentStore(self.service.store(stored))
+
+    def _build_knowledge_base(self, name: str) -> KnowledgeBase | None:
+        stored = self.service.get("knowledgeBase", name)
+        if stored is None:
+            return None
+        definition = KnowledgeBaseDefinition.model_validate(stored.body)
+        sources = [self._build_source(ref) for ref in definition.source_names]
+        return KnowledgeBase(
+            [s for s in sources if s is not None],
+            name=definition.name,
+            description=definition.description or "",
+            chat_model=self.chat_model,
+            reranker=self.reranker,
+            defaults=defaults_for(definition),
+        )
+
+    def _build_source(self, name: str) -> KnowledgeSource | None:
+        stored = self.service.get("knowledgeSource", name)
+        if stored is None:
+            return None
+        definition = KnowledgeSourceDefinition.model_validate(stored.body)
+        if definition.kind == "file":
+            return self._file_source(definition, stored)
+        return self._index_source(definition)
+
+    def _file_source(
+        self, definition: KnowledgeSourceDefinition, stored: StoredDefinition
+    ) -> KnowledgeSource:
+        return DocumentKnowledgeSource(
+            definition.name,
+            DocumentStore(self.service.store(stored)),
+            kind="file",
+            description=definition.description or "",
+            filterable_fields=("file_name", "title", "page"),
+        )
+
+    def _index_source(self, definition: KnowledgeSourceDefinition) -> KnowledgeSource | None:
+        params = definition.search_index_parameters
+        documents = self.index_documents(definition.index_name or "")
+        if params is None or documents is None:
+            return None
+        index = documents.index
+        return DocumentKnowledgeSource(
+            definition.name,
+            documents.documents,
+            kind="searchIndex",
+            description=definition.description or index.description or "",
+            base_filter=params.base_filter,
+            source_data_fields=[f.name for f in params.source_data_fields or []] or None,
+            retrievable_fields=[
+                f.name for f in index.fields if f.is_retrievable and not f.is_vector
+            ],
+            filterable_fields=[f.name for f in index.fields if f.is_filterable],
+        )
+
+
+def defaults_for(definition: KnowledgeBaseDefinition) -> Context:
+    """The run settings a knowledge base's definition implies where a request is silent."""
+    overrides: dict[str, Any] = {}
+    effort = definition.retrieval_reasoning_effort
+    if effort is not None and effort.kind != "auto":
+        overrides["reasoning_effort"] = effort.kind
+    if definition.output_mode is not None:
+        overrides["output_mode"] = definition.output_mode
+    limits = definition.retrieve_defaults
+    if limits is not None and limits.max_runtime_in_seconds is not None:
+        overrides["max_runtime_seconds"] = float(limits.max_runtime_in_seconds)
+    if limits is not None and limits.max_output_size_in_tokens is not None:
+        overrides["max_output_tokens"] = limits.max_output_size_in_tokens
+    return dataclasses.replace(Context(), **overrides)
+
+
+class KnowledgeBaseRegistry(Mapping[str, KnowledgeBase]):
+    """Knowledge bases by name: fixed ones (``--kb`` directories) plus a service's.
+
+    Args:
+        fixed: Knowledge bases served as they are (read-only over REST).
+        catalog: The service's catalog, if the server has a data directory.
+    """
+
+    def __init__(
+        self, fixed: Mapping[str, KnowledgeBase], catalog: ServiceCatalog | None = None
+    ) -> None:
+        self.fixed = dict(fixed)
+        self.catalog = catalog
+
+    def __getitem__(self, name: str) -> KnowledgeBase:
+        """The knowledge base called ``name``."""
+        found = self.fixed.get(name)
+        if found is None and self.catalog is not None:
+            found = self.catalog.knowledge_base(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        """Fixed names first, then the service's."""
+        yield from self.fixed
+        if self.catalog is not None:
+            yield from (n for n in self.catalog.knowledge_base_names() if n not in self.fixed)
+
+    def __len__(self) -> int:
+        """How many knowledge bases there are."""
+        return sum(1 for _ in self)

@@ -1,0 +1,368 @@
+"""The documents of an index, as Azure's document APIs see them, over a :class:`DocumentStore`.
+
+- :meth:`IndexDocuments.apply`: a ``docs/index`` batch (``upload``, ``merge``,
+  ``mergeOrUpload``, ``delete``). The whole batch is validated first (shape, key present,
+  known fields, value types): a bad batch is a 400 and changes nothing. Then each action is
+  applied on its own, all-or-nothing per document, with a per-document status (201 created,
+  200 updated or deleted, 404 merge of a missing document, 400 an invalid key).
+- :meth:`IndexDocuments.lookup`, :meth:`count` and :meth:`search` (``search``, ``filter``,
+  ``top``, ``skip``, ``select``, ``count``, a raw ``vector`` query).
+
+A document's text is its searchable fields (the semantic configuration's title field as the
+title, the other searchable fields as the content); its filterable fields become the chunk
+metadata that OData filters read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentic_retrieval.errors import BatchTooLargeError, InvalidRequestError
+from agentic_retrieval.kb.definitions import IndexDefinition, IndexField
+from agentic_retrieval.odata import (
+    All,
+    And,
+    Any_,
+    BoolField,
+    Compare,
+    Expr,
+    Not,
+    ODataError,
+    Or,
+    SearchIn,
+    parse_filter,
+)
+from agentic_retrieval.sources.local.documents import DocumentStore
+from agentic_retrieval.sources.local.loaders import Section
+
+MAX_BATCH_ACTIONS = 1000
+"""Most actions in one ``docs/index`` request (Azure's limit)."""
+DEFAULT_PAGE = 50
+"""Results per page when a search does not set ``top`` (Azure's default)."""
+MAX_TOP = 1000
+ACTIONS = ("upload", "merge", "mergeOrUpload", "delete")
+_KEY = re.compile(r"[A-Za-z0-9_\-=]{1,1024}\Z")
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexingResult:
+    """The outcome of one action (``IndexingResult``)."""
+
+    key: str
+    status_code: int
+    error_message: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the action was applied."""
+        return self.status_code < 300
+
+    def to_wire(self) -> dict[str, Any]:
+        """``{"key", "status", "errorMessage", "statusCode"}``."""
+        return {
+            "key": self.key,
+            "status": self.succeeded,
+            "errorMessage": self.error_message,
+            "statusCode": self.status_code,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchParameters:
+    """A document search (the subset of ``SearchRequest`` this service runs)."""
+
+    search: str = "*"
+    filter: str | None = None
+    top: int | None = None
+    skip: int = 0
+    select: tuple[str, ...] | None = None
+    count: bool = False
+    vector: tuple[float, ...] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """The request's other (accepted, unused) parameters, echoed in the next page's."""
+
+
+class IndexDocuments:
+    """The documents of one index.
+
+    Args:
+        index: The index definition.
+        documents: Its store.
+    """
+
+    def __init__(self, index: IndexDefinition, documents: DocumentStore) -> None:
+        self.index = index
+        self.documents = documents
+        self.key_name = index.key_field.name
+        self._fields = {f.name: f for f in index.fields}
+        self._title = index.title_field()
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def validate_batch(self, actions: Any) -> list[tuple[str, dict[str, Any]]]:
+        """Check a whole batch; return ``(action, document)`` pairs with typed values.
+
+        Raises:
+            BatchTooLargeError: More than :data:`MAX_BATCH_ACTIONS` actions.
+            InvalidRequestError: The batch or a document is malformed (naming which).
+        """
+        if not isinstance(actions, list) or not actions:
+            raise InvalidRequestError("value: send a non-empty list of index actions")
+        if len(actions) > MAX_BATCH_ACTIONS:
+            raise BatchTooLargeError(
+                f"value: {len(actions)} actions in one batch; at most {MAX_BATCH_ACTIONS} are "
+                "allowed (split the batch)"
+            )
+        return [self._validate_action(n, action) for n, action in enumerate(actions)]
+
+    def apply(self, batch: Sequence[tuple[str, dict[str, Any]]]) -> list[IndexingResult]:
+        """Apply a validated batch, one document at a time, in order."""
+        return [self._apply_one(action, document) for action, document in batch]
+
+    def _validate_action(self, position: int, raw: Any) -> tuple[str, dict[str, Any]]:
+        where = f"value[{position}]"
+        if not isinstance(raw, dict):
+            raise InvalidRequestError(f"{where}: an index action must be a JSON object")
+        action = raw.get("@search.action", "upload")
+        if action not in ACTIONS:
+            raise InvalidRequestError(
+                f"{where}.@search.action: {action!r} is not one of {', '.join(ACTIONS)}"
+            )
+        key = raw.get(self.key_name)
+        if not isinstance(key, str) or not key:
+            raise InvalidRequestError(
+                f"{where}: the document has no key: its key field {self.key_name!r} is "
+                "missing or empty"
+            )
+        document: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name.startswith("@"):
+                continue
+            spec = self._fields.get(name)
+            if spec is None:
+                raise InvalidRequestError(
+                    f"{where}.{name}: the index {self.index.name!r} has no field {name!r}"
+                )
+            if action != "delete":
+                document[name] = _coerce(spec, value, f"{where}.{name}")
+        document[self.key_name] = key
+        return action, document
+
+    def _apply_one(self, action: str, document: dict[str, Any]) -> IndexingResult:
+        key = document[self.key_name]
+        if not _KEY.match(key):
+            return IndexingResult(
+                key,
+                400,
+                f"Invalid document key: {key!r}. Keys can only contain letters, digits, "
+                "underscore (_), dash (-), or equal sign (=).",
+            )
+        if action == "delete":
+            self.documents.delete(key)
+            return IndexingResult(key, 200)
+        existing = self.documents.get(key)
+        if action == "merge" and existing is None:
+            return IndexingResult(key, 404, "Document not found.")
+        if action in ("merge", "mergeOrUpload") and existing is not None:
+            document = {**existing, **document}
+        self._put(key, document)
+        return IndexingResult(key, 201 if existing is None else 200)
+
+    def _put(self, key: str, document: dict[str, Any]) -> None:
+        title = document.get(self._title) if self._title else None
+        texts = [
+            _as_text(document.get(spec.name))
+            for spec in self.index.fields
+            if spec.is_searchable and spec.name != self._title
+        ]
+        content = "\n\n".join(text for text in texts if text)
+        vector_field = self.index.vector_field
+        vector = document.get(vector_field.name) if vector_field else None
+        self.documents.put(
+            key,
+            stored=document,
+            title=title if isinstance(title, str) else "",
+            sections=[Section(content)] if content else [],
+            fields={
+                spec.name: document.get(spec.name)
+                for spec in self.index.fields
+                if spec.is_filterable
+            },
+            vector=vector,
+        )
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def lookup(self, key: str, select: Sequence[str] | None = None) -> dict[str, Any] | None:
+        """The document with ``key`` (its retrievable or selected fields), if any."""
+        names = self._selected(select)
+        document = self.documents.get(key)
+        if document is None:
+            return None
+        return {name: document.get(name) for name in names}
+
+    def count(self) -> int:
+        """How many documents the index holds."""
+        return self.documents.count()
+
+    def search(self, params: SearchParameters) -> dict[str, Any]:
+        """Run a search; return the response body (``value``, ``@odata.count``...).
+
+        Raises:
+            InvalidRequestError: A bad filter, an unknown or non-filterable field, an
+                unknown or non-retrievable selected field, a vector of the wrong size.
+        """
+        names = self._selected(params.select)
+        expr = self._filter(params.filter)
+        vector = self._query_vector(params.vector)
+        page = params.top if params.top is not None else DEFAULT_PAGE
+        if not 0 <= page <= MAX_TOP or params.skip < 0:
+            raise InvalidRequestError(f"top must be 0-{MAX_TOP} and skip non-negative")
+        hits = self.documents.search(
+            params.search or "*",
+            top=page + (1 if params.top is None else 0),
+            skip=params.skip,
+            filter_expr=expr,
+            vector=vector,
+        )
+        more = params.top is None and len(hits) > page
+        body: dict[str, Any] = {}
+        if params.count:
+            body["@odata.count"] = self.documents.count_matches(params.search or "*", expr)
+        browse = (params.search or "*").strip() in ("", "*") and vector is None
+        body["value"] = [
+            {
+                "@search.score": 1.0 if browse else hit.score,
+                **{name: (self.documents.get(hit.key) or {}).get(name) for name in names},
+            }
+            for hit in hits[:page]
+        ]
+        if more:
+            body["@search.nextPageParameters"] = {
+                **params.extra,
+                "search": params.search,
+                "filter": params.filter,
+                "select": ",".join(params.select) if params.select else None,
+                "count": params.count or None,
+                "skip": params.skip + page,
+            }
+        return body
+
+    def _selected(self, select: Sequence[str] | None) -> list[str]:
+        if not select or list(select) == ["*"]:
+            return [f.name for f in self.index.fields if f.is_retrievable]
+        for name in select:
+            spec = self._fields.get(name)
+            if spec is None:
+                raise InvalidRequestError(f"select: the index has no field {name!r}")
+            if not spec.is_retrievable:
+                raise InvalidRequestError(f"select: field {name!r} is not retrievable")
+        return list(select)
+
+    def _filter(self, text: str | None) -> Expr | None:
+        if not text or not text.strip():
+            return None
+        try:
+            expr = parse_filter(text)
+        except ODataError as exc:
+            raise InvalidRequestError(f"filter: {exc}") from exc
+        for name in sorted(filter_fields(expr)):
+            spec = self._fields.get(name)
+            if spec is None:
+                raise InvalidRequestError(f"filter: the index has no field {name!r}")
+            if not spec.is_filterable:
+                raise InvalidRequestError(f"filter: field {name!r} is not filterable")
+        return expr
+
+    def _query_vector(self, vector: Sequence[float] | None) -> list[float] | None:
+        if vector is None:
+            return None
+        spec = self.index.vector_field
+        if spec is None:
+            raise InvalidRequestError("vectorQueries: the index has no vector field")
+        if len(vector) != spec.dimensions:
+            raise InvalidRequestError(
+                f"vectorQueries: the vector has {len(vector)} dimensions; field "
+                f"{spec.name!r} has {spec.dimensions}"
+            )
+        return list(vector)
+
+
+def filter_fields(expr: Expr) -> set[str]:
+    """The top-level field names a filter reads."""
+    if isinstance(expr, Compare | BoolField | SearchIn | Any_ | All):
+        return {expr.field.path.split("/")[0]}
+    if isinstance(expr, And | Or):
+        return filter_fields(expr.left) | filter_fields(expr.right)
+    if isinstance(expr, Not):
+        return filter_fields(expr.operand)
+    return set()
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(item for item in value if isinstance(item, str))
+    return ""
+
+
+def _coerce(spec: IndexField, value: Any, where: str) -> Any:
+    """``value`` checked against the field's type (``None`` is always allowed)."""
+    if value is None:
+        return None
+    if spec.is_vector:
+        if not isinstance(value, list) or not all(_is_number(v) for v in value):
+            raise InvalidRequestError(f"{where}: a vector field takes a list of numbers")
+        if len(value) != spec.dimensions:
+            raise InvalidRequestError(
+                f"{where}: the vector has {len(value)} dimensions; the field has {spec.dimensions}"
+            )
+        return [float(v) for v in value]
+    if spec.type.startswith("Collection("):
+        if not isinstance(value, list):
+            raise InvalidRequestError(f"{where}: {spec.type} takes a JSON array")
+        element = spec.type[len("Collection(") : -1]
+        return [_coerce_simple(element, item, f"{where}[{n}]") for n, item in enumerate(value)]
+    return _coerce_simple(spec.type, value, where)
+
+
+def _coerce_simple(edm_type: str, value: Any, where: str) -> Any:
+    valid = {
+        "Edm.String": lambda v: isinstance(v, str),
+        "Edm.Int32": lambda v: _is_int(v, _INT32),
+        "Edm.Int64": lambda v: _is_int(v, _INT64),
+        "Edm.Double": lambda v: _is_number(v) or v in ("NaN", "INF", "-INF"),
+        "Edm.Boolean": lambda v: isinstance(v, bool),
+        "Edm.DateTimeOffset": _is_datetime,
+        "Edm.GeographyPoint": lambda v: isinstance(v, dict) and v.get("type") == "Point",
+    }[edm_type]
+    if value is None or valid(value):
+        return value
+    raise InvalidRequestError(f"{where}: {value!r} is not a valid {edm_type} value")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: Any, bounds: tuple[int, int]) -> bool:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
+    )
+
+
+def _is_datetime(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return parsed.tzinfo is not None

@@ -1,0 +1,511 @@
+"""The knowledge service's data directory: definitions, document stores, ingestion history.
+
+Layout::
+
+    DIR/
+      service.sqlite            # definitions (indexes, knowledge sources, knowledge bases)
+                                # with their ETags, a generation counter, ingestion history
+      stores/<kind>-<name>-<token>.sqlite
+                                # one embedded store per index and per file knowledge source
+
+Every definition change is one SQLite transaction (``BEGIN IMMEDIATE``): several processes
+(``serve --workers N``) share the directory, one writer at a time, and a reader sees a
+definition either before or after a change, never half of it. Each change bumps the
+generation, so a process knows when its cached knowledge bases are stale. Checks that span
+definitions (a source's index exists, a base's sources exist, nothing still uses what is
+deleted) run inside the same transaction, so they cannot race.
+
+A store file is named with a random token, so deleting and re-creating an index never hands
+another process's open connection the new file; a file no definition names (left by a
+process killed between creating it and committing) is removed by :meth:`remove_orphans`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from agentic_retrieval.errors import PreconditionFailedError
+from agentic_retrieval.sources.local.store import LocalStore
+
+logger = logging.getLogger(__name__)
+
+DefinitionKind = Literal["index", "knowledgeSource", "knowledgeBase"]
+DATABASE_NAME = "service.sqlite"
+STORES_DIR = "stores"
+_BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
+CREATE TABLE IF NOT EXISTS definitions (
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    body TEXT NOT NULL,
+    etag TEXT NOT NULL,
+    store TEXT,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+CREATE TABLE IF NOT EXISTS ingestion (
+    store TEXT PRIMARY KEY,
+    runs INTEGER NOT NULL DEFAULT 0,
+    total_seconds REAL NOT NULL DEFAULT 0,
+    total_items INTEGER NOT NULL DEFAULT 0,
+    current TEXT,
+    last TEXT
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDefinition:
+    """A definition as stored: its wire body, ETag and (for indexes and file sources) store."""
+
+    kind: DefinitionKind
+    name: str
+    body: dict[str, Any]
+    etag: str
+    store: str | None
+    created: str
+    updated: str
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """``If-Match`` / ``If-None-Match`` of a request (``*`` or an ETag, quotes allowed)."""
+
+    if_match: str | None = None
+    if_none_match: str | None = None
+
+    def check(self, current: StoredDefinition | None, what: str) -> None:
+        """Raise :class:`PreconditionFailedError` unless the conditions hold for ``current``."""
+        if self.if_match is not None:
+            wanted = _bare(self.if_match)
+            if current is None:
+                raise PreconditionFailedError(
+                    f"If-Match: {what} does not exist, so it cannot match {self.if_match}"
+                )
+            if wanted != "*" and wanted != current.etag:
+                raise PreconditionFailedError(
+                    f"If-Match: {what} has changed (its ETag is now {current.etag}, "
+                    f"not {wanted}); read it again and retry"
+                )
+        if self.if_none_match is not None and current is not None:
+            wanted = _bare(self.if_none_match)
+            if wanted == "*":
+                raise PreconditionFailedError(f"If-None-Match: * but {what} already exists")
+            if wanted == current.etag:
+                raise PreconditionFailedError(
+                    f"If-None-Match: {what} still has ETag {current.etag}"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class IngestionRun:
+    """One ingestion run (a document batch, a file upload) as the status reports it."""
+
+    start_time: str
+    end_time: str | None = None
+    processed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IngestionHistory:
+    """What a store's ingestion has done: totals, the run in progress, the last run."""
+
+    runs: int = 0
+    total_seconds: float = 0.0
+    total_items: int = 0
+    current: IngestionRun | None = None
+    last: IngestionRun | None = None
+
+
+class DefinitionView:
+    """Read access to the definitions inside a write transaction (for cross-checks)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def get(self, kind: DefinitionKind, name: str) -> StoredDefinition | None:
+        """The definition ``kind``/``name``, if it exists."""
+        row = self._conn.execute(
+            "SELECT kind, name, body, etag, store, created, updated FROM definitions "
+            "WHERE kind = ? AND name = ?",
+            (kind, name),
+        ).fetchone()
+        return _definition(row) if row else None
+
+    def definitions(self, kind: DefinitionKind) -> list[StoredDefinition]:
+        """Every definition of ``kind``, by name."""
+        rows = self._conn.execute(
+            "SELECT kind, name, body, etag, store, created, updated FROM definitions "
+            "WHERE kind = ? ORDER BY name",
+            (kind,),
+        )
+        return [_definition(row) for row in rows]
+
+
+Check = Callable[[DefinitionView, StoredDefinition | None], None]
+"""Called inside the write transaction with the current definition; raises to abort."""
+
+
+class ServiceDirectory:
+    """The data directory of a knowledge service (created when missing).
+
+    Safe to share between threads and processes. Store objects are opened once per process
+    and cached until their definition goes away.
+
+    Args:
+        path: The directory.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(f"{self.path} is not a directory")
+        (self.path / STORES_DIR).mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._stores: dict[str, LocalStore] = {}
+        self._connection().executescript(_SCHEMA)
+
+    @property
+    def database(self) -> Path:
+        """The definitions database."""
+        return self.path / DATABASE_NAME
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def generation(self) -> int:
+        """The counter bumped by every committed definition change (any process)."""
+        row = self._connection().execute("SELECT value FROM meta WHERE key = 'generation'")
+        return int(row.fetchone()[0])
+
+    def get(self, kind: DefinitionKind, name: str) -> StoredDefinition | None:
+        """The definition ``kind``/``name``, if it exists."""
+        return DefinitionView(self._connection()).get(kind, name)
+
+    def definitions(self, kind: DefinitionKind) -> list[StoredDefinition]:
+        """Every definition of ``kind``, sorted by name."""
+        return DefinitionView(self._connection()).definitions(kind)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def put(
+        self,
+        kind: DefinitionKind,
+        name: str,
+        body: dict[str, Any],
+        *,
+        conditions: Conditions = Conditions(),
+        check: Check | None = None,
+        with_store: bool = False,
+    ) -> tuple[StoredDefinition, bool]:
+        """Create or replace a definition in one transaction.
+
+        Args:
+            kind: What it defines.
+            name: Its name.
+            body: The wire body to store (without ``@odata.etag``).
+            conditions: ``If-Match`` / ``If-None-Match``.
+            check: Cross-checks run inside the transaction (raise to abort).
+            with_store: Give a new definition its own embedded store file.
+
+        Returns:
+            The stored definition and whether it was created (else replaced).
+
+        Raises:
+            PreconditionFailedError: A condition does not hold.
+        """
+        store_name = f"{kind}-{name}-{secrets.token_hex(4)}.sqlite" if with_store else None
+        created_file = False
+        try:
+            with self._write() as conn:
+                view = DefinitionView(conn)
+                current = view.get(kind, name)
+                conditions.check(current, f"{_label(kind)} '{name}'")
+                if check is not None:
+                    check(view, current)
+                generation = _bump_generation(conn)
+                now = _now()
+                etag = f"0x{generation:016X}"
+                store = current.store if current is not None else store_name
+                if current is None and store_name is not None:
+                    LocalStore(self.path / STORES_DIR / store_name).close()
+                    created_file = True
+                conn.execute(
+                    "INSERT INTO definitions(kind, name, body, etag, store, created, updated) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(kind, name) DO UPDATE SET "
+                    "body = excluded.body, etag = excluded.etag, updated = excluded.updated",
+                    (kind, name, json.dumps(body), etag, store, now, now),
+                )
+                stored = StoredDefinition(
+                    kind, name, body, etag, store, current.created if current else now, now
+                )
+        except BaseException:
+            if created_file and store_name is not None:
+                _unlink_store(self.path / STORES_DIR / store_name)
+            raise
+        return stored, current is None
+
+    def delete(
+        self,
+        kind: DefinitionKind,
+        name: str,
+        *,
+        conditions: Conditions = Conditions(),
+        check: Check | None = None,
+    ) -> StoredDefinition | None:
+        """Delete a definition (and its store) in one transaction.
+
+        Returns:
+            The deleted definition, or ``None`` when there was none.
+
+        Raises:
+            PreconditionFailedError: A condition does not hold.
+        """
+        with self._write() as conn:
+            view = DefinitionView(conn)
+            current = view.get(kind, name)
+            if current is None and conditions.if_match is None:
+                return None
+            conditions.check(current, f"{_label(kind)} '{name}'")
+            if check is not None:
+                check(view, current)
+            conn.execute("DELETE FROM definitions WHERE kind = ? AND name = ?", (kind, name))
+            if current is not None and current.store is not None:
+                conn.execute("DELETE FROM ingestion WHERE store = ?", (current.store,))
+            _bump_generation(conn)
+        if current is not None and current.store is not None:
+            self._forget_store(current.store)
+            _unlink_store(self.path / STORES_DIR / current.store)
+        return current
+
+    # --- stores -----------------------------------------------------------------------------
+
+    def store(self, definition: StoredDefinition) -> LocalStore:
+        """The embedded store of an index or file source (opened once per process)."""
+        if definition.store is None:
+            raise ValueError(f"{_label(definition.kind)} '{definition.name}' has no store")
+        with self._lock:
+            store = self._stores.get(definition.store)
+            if store is None:
+                store = LocalStore(self.path / STORES_DIR / definition.store)
+                self._stores[definition.store] = store
+            return store
+
+    def remove_orphans(self) -> list[str]:
+        """Delete store files no definition names; returns their names.
+
+        Call it before serving (no other process may be creating a store at that moment).
+        """
+        named = {
+            d.store for d in [*self.definitions("index"), *self.definitions("knowledgeSource")]
+        }
+        removed = []
+        for path in sorted((self.path / STORES_DIR).glob("*.sqlite")):
+            if path.name not in named:
+                _unlink_store(path)
+                removed.append(path.name)
+        if removed:
+            logger.warning("removed %d orphaned store file(s): %s", len(removed), removed)
+        return removed
+
+    def close(self) -> None:
+        """Close every connection and store this object opened."""
+        with self._lock:
+            for store in self._stores.values():
+                store.close()
+            self._stores.clear()
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+    # --- ingestion history ------------------------------------------------------------------
+
+    @contextmanager
+    def ingestion_run(self, store: str) -> Iterator[RunRecorder]:
+        """Record one ingestion run of ``store``: in progress while the block runs."""
+        recorder = RunRecorder(start_time=_now())
+        self._set_current(store, recorder.snapshot())
+        started = datetime.now(UTC)
+        try:
+            yield recorder
+        finally:
+            elapsed = (datetime.now(UTC) - started).total_seconds()
+            self._finish_run(store, recorder.snapshot(end_time=_now()), elapsed)
+
+    def ingestion(self, store: str) -> IngestionHistory:
+        """The ingestion history of ``store``."""
+        row = (
+            self._connection()
+            .execute(
+                "SELECT runs, total_seconds, total_items, current, last FROM ingestion "
+                "WHERE store = ?",
+                (store,),
+            )
+            .fetchone()
+        )
+        if row is None:
+            return IngestionHistory()
+        return IngestionHistory(row[0], row[1], row[2], _run(row[3]), _run(row[4]))
+
+    def _set_current(self, store: str, run: IngestionRun) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO ingestion(store, current) VALUES (?, ?) "
+                "ON CONFLICT(store) DO UPDATE SET current = excluded.current",
+                (store, _run_json(run)),
+            )
+
+    def _finish_run(self, store: str, run: IngestionRun, seconds: float) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO ingestion(store, runs, total_seconds, total_items, current, last) "
+                "VALUES (?, 1, ?, ?, NULL, ?) ON CONFLICT(store) DO UPDATE SET "
+                "runs = runs + 1, total_seconds = total_seconds + excluded.total_seconds, "
+                "total_items = total_items + excluded.total_items, current = NULL, "
+                "last = excluded.last",
+                (store, seconds, run.processed + run.failed + run.skipped, _run_json(run)),
+            )
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.database,
+                timeout=_BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _forget_store(self, store: str) -> None:
+        with self._lock:
+            opened = self._stores.pop(store, None)
+        if opened is not None:
+            opened.close()
+
+
+class RunRecorder:
+    """Counts what one ingestion run processed, failed and skipped."""
+
+    def __init__(self, start_time: str) -> None:
+        self.start_time = start_time
+        self.processed = 0
+        self.failed = 0
+        self.skipped = 0
+        self.errors: list[dict[str, Any]] = []
+
+    def fail(self, doc_id: str, message: str, status_code: int) -> None:
+        """Count a failed item (the first 20 are kept for the status)."""
+        self.failed += 1
+        if len(self.errors) < 20:
+            self.errors.append(
+                {"docId": doc_id, "errorMessage": message, "statusCode": status_code}
+            )
+
+    def snapshot(self, end_time: str | None = None) -> IngestionRun:
+        """The run so far."""
+        return IngestionRun(
+            self.start_time,
+            end_time,
+            self.processed,
+            self.failed,
+            self.skipped,
+            tuple(self.errors),
+        )
+
+
+def _definition(row: tuple[Any, ...]) -> StoredDefinition:
+    return StoredDefinition(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6])
+
+
+def _bump_generation(conn: sqlite3.Connection) -> int:
+    conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+    return int(conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+
+
+def _run_json(run: IngestionRun) -> str:
+    return json.dumps(
+        {
+            "startTime": run.start_time,
+            "endTime": run.end_time,
+            "processed": run.processed,
+            "failed": run.failed,
+            "skipped": run.skipped,
+            "errors": list(run.errors),
+        }
+    )
+
+
+def _run(text: str | None) -> IngestionRun | None:
+    if not text:
+        return None
+    data = json.loads(text)
+    return IngestionRun(
+        data["startTime"],
+        data.get("endTime"),
+        data.get("processed", 0),
+        data.get("failed", 0),
+        data.get("skipped", 0),
+        tuple(data.get("errors") or ()),
+    )
+
+
+def _bare(etag: str) -> str:
+    value = etag.strip()
+    if value.startswith("W/"):
+        value = value[2:]
+    return value.strip('"')
+
+
+def _label(kind: DefinitionKind) -> str:
+    return {"index": "index", "knowledgeSource": "knowledge source"}.get(kind, "knowledge base")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _unlink_store(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            Path(f"{path}{suffix}").unlink()
+        except FileNotFoundError:
+            pass

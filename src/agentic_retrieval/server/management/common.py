@@ -1,0 +1,218 @@
+"""What every management route shares: path forms, checks, conditions, paging, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from agentic_retrieval.errors import (
+    BatchTooLargeError,
+    InvalidDefinitionError,
+    PreconditionFailedError,
+    ResourceConflictError,
+    ResourceNotFoundError,
+    ServiceError,
+    UnreadableFileError,
+    UnsupportedFileError,
+)
+from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
+from agentic_retrieval.kb.service import Conditions, ServiceDirectory, StoredDefinition
+from agentic_retrieval.server.auth import ApiKeys, Role, require_role
+from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
+
+T = TypeVar("T")
+
+MAX_PAGE_SIZE = 3000
+_PARAM = re.compile(r"/\{(\w+)\}")
+_STATUS = {
+    InvalidDefinitionError: (400, "InvalidRequestParameter"),
+    ResourceNotFoundError: (404, "ResourceNotFound"),
+    ResourceConflictError: (409, "Conflict"),
+    PreconditionFailedError: (412, "PreconditionFailed"),
+    BatchTooLargeError: (413, "RequestEntityTooLarge"),
+    UnsupportedFileError: (415, "UnsupportedMediaType"),
+    UnreadableFileError: (400, "UnreadableFile"),
+}
+
+
+@dataclass
+class Management:
+    """What the management routes work on.
+
+    Attributes:
+        registry: Every knowledge base served (fixed and the service's).
+        keys: The accepted keys.
+        service: The data directory (``None``: the server only serves fixed knowledge bases).
+        catalog: Live objects built from the service's definitions.
+        max_file_bytes: Largest file a file knowledge source accepts.
+        max_files: Most files one file knowledge source holds.
+    """
+
+    registry: KnowledgeBaseRegistry
+    keys: ApiKeys
+    service: ServiceDirectory | None = None
+    catalog: ServiceCatalog | None = None
+    max_file_bytes: int = 16 * 1024 * 1024
+    max_files: int = 10_000
+
+    def require_service(self) -> tuple[ServiceDirectory, ServiceCatalog]:
+        """The data directory, or a 400 explaining how to get one."""
+        if self.service is None or self.catalog is None:
+            raise ApiError(
+                400,
+                "This server has no data directory, so it cannot create, change or delete "
+                "anything: start it with 'agentic-retrieval serve --data DIR'.",
+                code="ManagementNotEnabled",
+            )
+        return self.service, self.catalog
+
+
+def path_forms(template: str) -> list[str]:
+    """A route template in both forms Azure accepts.
+
+    ``/indexes/{name}/docs`` gives itself and ``/indexes('{name}')/docs``.
+    """
+    return [template, _PARAM.sub(r"('{\1}')", template)]
+
+
+def add_routes(
+    app: FastAPI, template: str, endpoint: Callable[..., Any], methods: Sequence[str]
+) -> None:
+    """Register ``endpoint`` under both path forms of ``template``."""
+    for path in path_forms(template):
+        app.add_api_route(path, endpoint, methods=list(methods), include_in_schema=False)
+
+
+def check_request(request: Request, keys: ApiKeys, needed: Role) -> Role:
+    """Authorize (401/403) and check the ``api-version`` query parameter (400)."""
+    role = require_role(keys, request.headers, needed)
+    version = request.query_params.get("api-version")
+    if version not in SUPPORTED_API_VERSIONS:
+        given = "missing" if version is None else f"'{version}' is not supported"
+        raise ApiError(
+            400,
+            f"api-version: {given}; supported versions are {', '.join(SUPPORTED_API_VERSIONS)}.",
+            code="InvalidApiVersion",
+        )
+    return role
+
+
+def conditions(request: Request) -> Conditions:
+    """The request's ``If-Match`` / ``If-None-Match``."""
+    return Conditions(request.headers.get("if-match"), request.headers.get("if-none-match"))
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying what is wrong with it."""
+    raw = await request.body()
+    if not raw.strip():
+        raise ApiError(400, "body: the request body is empty; send a JSON object.")
+    try:
+        payload = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ApiError(400, f"body: malformed JSON ({reason}).", code="MalformedJson") from exc
+    if not isinstance(payload, dict):
+        raise ApiError(400, f"body: expected a JSON object, got {type(payload).__name__}.")
+    return payload
+
+
+def definition_response(
+    stored: StoredDefinition, body: dict[str, Any], status: int, *, request: Request | None = None
+) -> Response:
+    """A definition's body with its ``@odata.etag`` (and ``ETag`` header).
+
+    With ``request`` (a PUT), the body is sent only when the client asked for it with
+    ``Prefer: return=representation``; otherwise an update answers 204.
+    """
+    headers = {"ETag": f'"{stored.etag}"'}
+    if request is not None and status == 200 and not _wants_representation(request):
+        return Response(status_code=204, headers=headers)
+    return JSONResponse({"@odata.etag": stored.etag, **body}, status_code=status, headers=headers)
+
+
+def page(request: Request, items: Iterable[tuple[str, T]]) -> tuple[list[T], str | None]:
+    """One page of ``(name, item)`` pairs (sorted by name) and the next page's link.
+
+    Reads ``search`` with ``searchType=prefix`` (names starting with it), ``pageSize``
+    (1-3000; default: everything) and ``$skipToken`` (from a previous ``@odata.nextLink``).
+    """
+    params = request.query_params
+    search = params.get("search") or ""
+    search_type = params.get("searchType") or "prefix"
+    if search_type != "prefix":
+        raise ApiError(400, f"searchType: {search_type!r} is not supported; use 'prefix'.")
+    size = _page_size(params.get("pageSize"))
+    after = params.get("$skipToken")
+    chosen = [
+        (name, item)
+        for name, item in sorted(items, key=lambda pair: pair[0])
+        if name.startswith(search) and (after is None or name > after)
+    ]
+    if size is None or len(chosen) <= size:
+        return [item for _, item in chosen], None
+    shown = chosen[:size]
+    query = {k: v for k, v in params.items() if k != "$skipToken"}
+    query["$skipToken"] = shown[-1][0]
+    return [
+        item for _, item in shown
+    ], f"{request.url.remove_query_params(list(params))}?{urlencode(query)}"
+
+
+def list_body(values: list[Any], next_link: str | None) -> dict[str, Any]:
+    """``{"value": [...], "@odata.nextLink": ...}``."""
+    body: dict[str, Any] = {"value": values}
+    if next_link is not None:
+        body["@odata.nextLink"] = next_link
+    return body
+
+
+async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run blocking work (SQLite writes, file conversion) off the event loop."""
+    return await asyncio.to_thread(function, *args, **kwargs)
+
+
+def install_service_error_handler(app: FastAPI) -> None:
+    """Answer the knowledge service's errors with their status and the Azure error body."""
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return api_error(exc).response()
+
+
+def api_error(exc: ServiceError) -> ApiError:
+    """The HTTP error for a service error."""
+    for kind, (status, code) in _STATUS.items():
+        if isinstance(exc, kind):
+            return ApiError(status, str(exc), code=code)
+    return ApiError(400, str(exc))
+
+
+def not_found(what: str, name: str) -> ResourceNotFoundError:
+    """The 404 for a missing resource."""
+    return ResourceNotFoundError(f"No {what} named '{name}' exists.")
+
+
+def _page_size(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise ApiError(400, f"pageSize: must be an integer from 1 to {MAX_PAGE_SIZE}.")
+    return size
+
+
+def _wants_representation(request: Request) -> bool:
+    return "return=representation" in (request.headers.get("prefer") or "").replace(" ", "")

@@ -1,0 +1,204 @@
+"""``/indexes/{name}/docs``: index batches, lookups, counts and searches of documents.
+
+The paths the Azure SDK uses (``docs/search.index``, ``docs/search.post.search``,
+``docs('key')``, ``docs/$count``) and the REST forms (``docs/index``, ``docs/search``,
+``GET docs?search=``) are both served. Query keys may look up, count and search; only admin
+keys write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from agentic_retrieval.kb.index_documents import IndexDocuments, IndexingResult, SearchParameters
+from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.server.management.common import (
+    Management,
+    add_routes,
+    check_request,
+    in_thread,
+    json_body,
+    not_found,
+)
+
+UNSUPPORTED_SEARCH = {
+    "orderby": "$orderby",
+    "facets": "facets",
+    "highlight": "highlight",
+    "scoringProfile": "scoringProfile",
+}
+"""Search parameters this service rejects rather than ignores (their results would differ)."""
+_GET_NAMES = {
+    "$filter": "filter",
+    "$top": "top",
+    "$skip": "skip",
+    "$select": "select",
+    "$count": "count",
+    "$orderby": "orderby",
+    "facet": "facets",
+}
+
+
+def add_document_routes(app: FastAPI, management: Management) -> None:
+    """Register the document routes."""
+
+    async def index_batch(name: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "admin")
+        documents = _documents(management, name)
+        body = await json_body(request)
+        batch = documents.validate_batch(body.get("value"))
+        results = await in_thread(_apply, management, name, documents, batch)
+        status = 200 if all(r.succeeded for r in results) else 207
+        return JSONResponse({"value": [r.to_wire() for r in results]}, status_code=status)
+
+    async def count(name: str, request: Request) -> PlainTextResponse:
+        check_request(request, management.keys, "query")
+        documents = _documents(management, name)
+        return PlainTextResponse(str(await in_thread(documents.count)))
+
+    async def lookup(name: str, key: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "query")
+        documents = _documents(management, name)
+        select = _names(request.query_params.get("$select"))
+        found = await in_thread(documents.lookup, key, select)
+        if found is None:
+            raise not_found("document", key)
+        return JSONResponse(found)
+
+    async def search_get(name: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "query")
+        params = {_GET_NAMES.get(k, k): v for k, v in request.query_params.items()}
+        params.pop("api-version", None)
+        return await _search(management, name, params)
+
+    async def search_post(name: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "query")
+        return await _search(management, name, await json_body(request))
+
+    for suffix in ("docs/index", "docs/search.index"):
+        add_routes(app, f"/indexes/{{name}}/{suffix}", index_batch, ["POST"])
+    for suffix in ("docs/search", "docs/search.post.search"):
+        add_routes(app, f"/indexes/{{name}}/{suffix}", search_post, ["POST"])
+    add_routes(app, "/indexes/{name}/docs/$count", count, ["GET"])
+    add_routes(app, "/indexes/{name}/docs", search_get, ["GET"])
+    add_routes(app, "/indexes/{name}/docs/{key}", lookup, ["GET"])
+
+
+def _documents(management: Management, name: str) -> IndexDocuments:
+    _, catalog = management.require_service()
+    documents = catalog.index_documents(name)
+    if documents is None:
+        raise not_found("index", name)
+    return documents
+
+
+def _apply(
+    management: Management,
+    name: str,
+    documents: IndexDocuments,
+    batch: list[tuple[str, dict[str, Any]]],
+) -> list[IndexingResult]:
+    service, _ = management.require_service()
+    stored = service.get("index", name)
+    if stored is None or stored.store is None:
+        raise not_found("index", name)
+    with service.ingestion_run(stored.store) as run:
+        results = documents.apply(batch)
+        for result in results:
+            if result.succeeded:
+                run.processed += 1
+            else:
+                run.fail(result.key, result.error_message or "", result.status_code)
+    return results
+
+
+async def _search(management: Management, name: str, raw: Mapping[str, Any]) -> JSONResponse:
+    documents = _documents(management, name)
+    params = search_parameters(raw)
+    return JSONResponse(await in_thread(documents.search, params))
+
+
+def search_parameters(raw: Mapping[str, Any]) -> SearchParameters:
+    """A search request (POST body, or GET parameters renamed) as :class:`SearchParameters`.
+
+    Raises:
+        ApiError: 400 for a parameter this service does not run or a malformed value.
+    """
+    for name, shown in UNSUPPORTED_SEARCH.items():
+        if raw.get(name) not in (None, "", []):
+            raise ApiError(400, f"{shown}: not supported by this service.")
+    return SearchParameters(
+        search=str(raw.get("search") or "*"),
+        filter=_text(raw, "filter"),
+        top=_integer(raw, "top"),
+        skip=_integer(raw, "skip") or 0,
+        select=tuple(_names(raw.get("select")) or ()) or None,
+        count=_flag(raw.get("count")),
+        vector=_vector(raw.get("vectorQueries")),
+        extra={
+            k: v
+            for k, v in raw.items()
+            if v is not None
+            and k not in ("search", "filter", "top", "skip", "select", "count", "vectorQueries")
+        },
+    )
+
+
+def _text(raw: Mapping[str, Any], name: str) -> str | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, f"{name}: expected a string.")
+    return value
+
+
+def _integer(raw: Mapping[str, Any], name: str) -> int | None:
+    value = raw.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ApiError(400, f"{name}: expected an integer, got {value!r}.") from None
+    if number < 0:
+        raise ApiError(400, f"{name}: must not be negative.")
+    return number
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
+def _names(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    parts = value if isinstance(value, list) else str(value).split(",")
+    names = [str(part).strip() for part in parts if str(part).strip()]
+    return names or None
+
+
+def _vector(queries: Any) -> tuple[float, ...] | None:
+    if not queries:
+        return None
+    if not isinstance(queries, list) or len(queries) != 1 or not isinstance(queries[0], dict):
+        raise ApiError(400, "vectorQueries: this service runs one vector query per search.")
+    query = queries[0]
+    if query.get("kind", "vector") != "vector":
+        raise ApiError(
+            400,
+            f"vectorQueries: kind {query.get('kind')!r} needs a vectorizer, which this service "
+            "does not run; send the query's vector (kind 'vector').",
+        )
+    vector = query.get("vector")
+    if not isinstance(vector, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in vector
+    ):
+        raise ApiError(400, "vectorQueries[0].vector: expected a list of numbers.")
+    return tuple(float(v) for v in vector)

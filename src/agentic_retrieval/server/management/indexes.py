@@ -1,0 +1,182 @@
+"""``/indexes``: create, read, update, list and delete indexes; statistics.
+
+An existing index may gain fields; its existing fields keep their type, key, searchable,
+filterable and vector settings (their chunks were built from them), as in Azure. An index a
+``searchIndex`` knowledge source reads cannot be deleted (409).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictError
+from agentic_retrieval.kb.definitions import IndexDefinition, parse_index
+from agentic_retrieval.kb.service import Conditions, DefinitionView, StoredDefinition
+from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.server.management.common import (
+    Management,
+    add_routes,
+    check_request,
+    conditions,
+    definition_response,
+    in_thread,
+    json_body,
+    list_body,
+    not_found,
+    page,
+)
+
+_FIXED_ATTRIBUTES = ("type", "key", "is_searchable", "is_filterable", "dimensions")
+_PROPERTIES = frozenset(f.alias or n for n, f in IndexDefinition.model_fields.items())
+
+
+def add_index_routes(app: FastAPI, management: Management) -> None:
+    """Register the index routes."""
+
+    async def list_indexes(request: Request) -> Any:
+        check_request(request, management.keys, "admin")
+        defined = management.service.definitions("index") if management.service else []
+        select = _select(request.query_params.get("$select"))
+        items = [(d.name, _project(_body(d), select)) for d in defined]
+        values, next_link = page(request, items)
+        return list_body(values, next_link)
+
+    async def create(request: Request) -> Response:
+        check_request(request, management.keys, "admin")
+        body = await json_body(request)
+        stored, _ = await in_thread(_put, management, body, None, Conditions(), creating=True)
+        return definition_response(stored, _body(stored), 201)
+
+    async def get(name: str, request: Request) -> Response:
+        check_request(request, management.keys, "admin")
+        stored = _stored(management, name)
+        return definition_response(stored, _body(stored), 200)
+
+    async def put(name: str, request: Request) -> Response:
+        check_request(request, management.keys, "admin")
+        body = await json_body(request)
+        stored, created = await in_thread(_put, management, body, name, conditions(request))
+        return definition_response(stored, _body(stored), 201 if created else 200, request=request)
+
+    async def delete(name: str, request: Request) -> Response:
+        check_request(request, management.keys, "admin")
+        service, _ = management.require_service()
+        deleted = await in_thread(
+            service.delete, "index", name, conditions=conditions(request), check=_unused(name)
+        )
+        return Response(status_code=204 if deleted is not None else 404)
+
+    async def statistics(name: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "admin")
+        stored = _stored(management, name)
+        return JSONResponse(await in_thread(_statistics, management, stored))
+
+    add_routes(app, "/indexes", list_indexes, ["GET"])
+    add_routes(app, "/indexes", create, ["POST"])
+    add_routes(app, "/indexes/{name}/search.stats", statistics, ["GET"])
+    add_routes(app, "/indexes/{name}/stats", statistics, ["GET"])
+    add_routes(app, "/indexes/{name}", get, ["GET"])
+    add_routes(app, "/indexes/{name}", put, ["PUT"])
+    add_routes(app, "/indexes/{name}", delete, ["DELETE"])
+
+
+def _stored(management: Management, name: str) -> StoredDefinition:
+    stored = management.service.get("index", name) if management.service else None
+    if stored is None:
+        raise not_found("index", name)
+    return stored
+
+
+def _put(
+    management: Management,
+    body: dict[str, Any],
+    name: str | None,
+    condition: Conditions,
+    *,
+    creating: bool = False,
+) -> tuple[StoredDefinition, bool]:
+    index = parse_index(body, name)
+    service, _ = management.require_service()
+
+    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
+        if current is None:
+            return
+        if creating:
+            raise ResourceConflictError(
+                f"An index named '{index.name}' already exists; update it with PUT or "
+                "choose another name."
+            )
+        _check_compatible(IndexDefinition.model_validate(current.body), index)
+
+    stored_body = index.to_wire()
+    stored_body.pop("@odata.etag", None)
+    return service.put(
+        "index", index.name, stored_body, conditions=condition, check=check, with_store=True
+    )
+
+
+def _check_compatible(old: IndexDefinition, new: IndexDefinition) -> None:
+    for field in old.fields:
+        replacement = new.field(field.name)
+        if replacement is None:
+            raise InvalidDefinitionError(
+                f"fields: the existing field {field.name!r} cannot be removed from index "
+                f"'{old.name}' (delete and re-create the index)"
+            )
+        for attribute in _FIXED_ATTRIBUTES:
+            if getattr(field, attribute) != getattr(replacement, attribute):
+                raise InvalidDefinitionError(
+                    f"fields.{field.name}: {attribute.removeprefix('is_')} cannot change on an "
+                    f"existing field of index '{old.name}' (delete and re-create the index)"
+                )
+
+
+def _unused(name: str) -> Any:
+    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
+        users = [
+            d.name
+            for d in view.definitions("knowledgeSource")
+            if (d.body.get("searchIndexParameters") or {}).get("searchIndexName") == name
+        ]
+        if users:
+            raise ResourceConflictError(
+                f"The index '{name}' is used by knowledge source(s) {', '.join(users)}; "
+                "delete them first."
+            )
+
+    return check
+
+
+def _body(stored: StoredDefinition) -> dict[str, Any]:
+    return {"@odata.etag": stored.etag, **IndexDefinition.model_validate(stored.body).to_wire()}
+
+
+def _select(raw: str | None) -> list[str] | None:
+    if raw is None or raw.strip() in ("", "*"):
+        return None
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _project(body: dict[str, Any], select: list[str] | None) -> dict[str, Any]:
+    if select is None:
+        return body
+    unknown = [name for name in select if name not in _PROPERTIES]
+    if unknown:
+        raise ApiError(400, f"$select: unknown index property {', '.join(unknown)}.")
+    return {k: v for k, v in body.items() if k in select or k == "name"}
+
+
+def _statistics(management: Management, stored: StoredDefinition) -> dict[str, Any]:
+    service, catalog = management.require_service()
+    documents = catalog.index_documents(stored.name)
+    count = documents.count() if documents is not None else 0
+    store = service.store(stored)
+    vector = documents.index.vector_field if documents is not None else None
+    return {
+        "documentCount": count,
+        "storageSize": store.path.stat().st_size if store.path.exists() else 0,
+        "vectorIndexSize": count * (vector.dimensions or 0) * 4 if vector is not None else 0,
+    }

@@ -1,0 +1,97 @@
+"""A knowledge source over a :class:`DocumentStore`: an index's documents or a file source.
+
+- ``kind="searchIndex"``: the documents of an index of the knowledge service. A hit is a
+  document (its best chunk's text), keyed by the document key; its metadata (``sourceData``)
+  are the document's ``sourceDataFields`` (default: every retrievable field but vectors).
+- ``kind="file"``: the chunks of the files uploaded to a ``file`` knowledge source. A hit is
+  one chunk (several passages of one long file may rank), keyed ``<fileId>#<n>``, with the
+  file name, title and page as metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from agentic_retrieval.odata import Expr, ODataError, and_filters, parse_filter
+from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
+from agentic_retrieval.sources.local.documents import DocumentHit, DocumentStore
+
+
+class DocumentKnowledgeSource:
+    """Search a :class:`DocumentStore` (safe from many tasks and threads at once).
+
+    Args:
+        name: The knowledge source name.
+        documents: The store.
+        kind: ``searchIndex`` (results per document) or ``file`` (results per chunk).
+        description: What the source holds (the planner reads it).
+        base_filter: An OData filter ANDed onto every query (``baseFilter``).
+        source_data_fields: Document fields returned as metadata (``searchIndex`` only;
+            ``None``: every field in ``retrievable_fields``).
+        retrievable_fields: The document fields a client may read.
+        filterable_fields: Fields usable in filters (shown to the planner).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documents: DocumentStore,
+        *,
+        kind: str,
+        description: str = "",
+        base_filter: str | None = None,
+        source_data_fields: Sequence[str] | None = None,
+        retrievable_fields: Sequence[str] = (),
+        filterable_fields: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.description = description
+        self.documents = documents
+        self.base_filter = base_filter
+        self._source_fields = list(source_data_fields or retrievable_fields)
+        self._filterable = list(filterable_fields)
+
+    @property
+    def filterable_fields(self) -> Sequence[str]:
+        """Fields usable in this source's filters."""
+        return self._filterable
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        """Return at most ``query.top`` hits, best first.
+
+        Raises:
+            FilterNotSupportedError: The composed filter is not valid OData.
+        """
+        text = and_filters(self.base_filter, query.filter)
+        try:
+            expr = parse_filter(text) if text else None
+        except ODataError as exc:
+            raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
+        return await asyncio.to_thread(self._search, query.text, query.top, expr)
+
+    def _search(self, text: str, top: int, expr: Expr | None) -> list[Hit]:
+        per_unit = self.kind == "searchIndex"
+        found = self.documents.search(text, top=top, filter_expr=expr, per_unit=per_unit)
+        return [self._to_hit(hit) for hit in found]
+
+    def _to_hit(self, hit: DocumentHit) -> Hit:
+        chunk = hit.chunk
+        if self.kind == "searchIndex":
+            key, metadata = hit.key, self._source_data(hit.key)
+        else:
+            key, metadata = chunk.id, dict(chunk.metadata)
+        return Hit(
+            doc_key=key,
+            content=chunk.content,
+            title=chunk.title or None,
+            source=self.name,
+            score=hit.score,
+            metadata=metadata,
+        )
+
+    def _source_data(self, key: str) -> dict[str, Any]:
+        document = self.documents.get(key) or {}
+        return {name: document[name] for name in self._source_fields if name in document}
