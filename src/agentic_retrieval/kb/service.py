@@ -213,7 +213,7 @@ class ServiceDirectory:
         name: str,
         body: dict[str, Any],
         *,
-        conditions: Conditions = Conditions(),
+        conditions: Conditions | None = None,
         check: Check | None = None,
         with_store: bool = False,
     ) -> tuple[StoredDefinition, bool]:
@@ -233,6 +233,7 @@ class ServiceDirectory:
         Raises:
             PreconditionFailedError: A condition does not hold.
         """
+        conditions = conditions or Conditions()
         store_name = f"{kind}-{name}-{secrets.token_hex(4)}.sqlite" if with_store else None
         created_file = False
         try:
@@ -269,7 +270,7 @@ class ServiceDirectory:
         kind: DefinitionKind,
         name: str,
         *,
-        conditions: Conditions = Conditions(),
+        conditions: Conditions | None = None,
         check: Check | None = None,
     ) -> StoredDefinition | None:
         """Delete a definition (and its store) in one transaction.
@@ -280,6 +281,7 @@ class ServiceDirectory:
         Raises:
             PreconditionFailedError: A condition does not hold.
         """
+        conditions = conditions or Conditions()
         with self._write() as conn:
             view = DefinitionView(conn)
             current = view.get(kind, name)

@@ -12,9 +12,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictError
-from agentic_retrieval.kb.definitions import IndexDefinition, parse_index
-from agentic_retrieval.kb.service import Conditions, DefinitionView, StoredDefinition
+from agentic_retrieval.kb.definitions import IndexDefinition
+from agentic_retrieval.kb.management import delete_index, put_index
+from agentic_retrieval.kb.service import StoredDefinition
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.management.common import (
     Management,
@@ -29,7 +29,6 @@ from agentic_retrieval.server.management.common import (
     page,
 )
 
-_FIXED_ATTRIBUTES = ("type", "key", "is_searchable", "is_filterable", "dimensions")
 _PROPERTIES = frozenset(f.alias or n for n, f in IndexDefinition.model_fields.items())
 
 
@@ -47,7 +46,8 @@ def add_index_routes(app: FastAPI, management: Management) -> None:
     async def create(request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await json_body(request)
-        stored, _ = await in_thread(_put, management, body, None, Conditions(), creating=True)
+        service, _ = management.require_service()
+        stored, _ = await in_thread(put_index, service, body, creating=True)
         return definition_response(stored, _body(stored), 201)
 
     async def get(name: str, request: Request) -> Response:
@@ -58,15 +58,14 @@ def add_index_routes(app: FastAPI, management: Management) -> None:
     async def put(name: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await json_body(request)
-        stored, created = await in_thread(_put, management, body, name, conditions(request))
+        service, _ = management.require_service()
+        stored, created = await in_thread(put_index, service, body, name, conditions(request))
         return definition_response(stored, _body(stored), 201 if created else 200, request=request)
 
     async def delete(name: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
         service, _ = management.require_service()
-        deleted = await in_thread(
-            service.delete, "index", name, conditions=conditions(request), check=_unused(name)
-        )
+        deleted = await in_thread(delete_index, service, name, conditions(request))
         return Response(status_code=204 if deleted is not None else 404)
 
     async def statistics(name: str, request: Request) -> JSONResponse:
@@ -88,66 +87,6 @@ def _stored(management: Management, name: str) -> StoredDefinition:
     if stored is None:
         raise not_found("index", name)
     return stored
-
-
-def _put(
-    management: Management,
-    body: dict[str, Any],
-    name: str | None,
-    condition: Conditions,
-    *,
-    creating: bool = False,
-) -> tuple[StoredDefinition, bool]:
-    index = parse_index(body, name)
-    service, _ = management.require_service()
-
-    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
-        if current is None:
-            return
-        if creating:
-            raise ResourceConflictError(
-                f"An index named '{index.name}' already exists; update it with PUT or "
-                "choose another name."
-            )
-        _check_compatible(IndexDefinition.model_validate(current.body), index)
-
-    stored_body = index.to_wire()
-    stored_body.pop("@odata.etag", None)
-    return service.put(
-        "index", index.name, stored_body, conditions=condition, check=check, with_store=True
-    )
-
-
-def _check_compatible(old: IndexDefinition, new: IndexDefinition) -> None:
-    for field in old.fields:
-        replacement = new.field(field.name)
-        if replacement is None:
-            raise InvalidDefinitionError(
-                f"fields: the existing field {field.name!r} cannot be removed from index "
-                f"'{old.name}' (delete and re-create the index)"
-            )
-        for attribute in _FIXED_ATTRIBUTES:
-            if getattr(field, attribute) != getattr(replacement, attribute):
-                raise InvalidDefinitionError(
-                    f"fields.{field.name}: {attribute.removeprefix('is_')} cannot change on an "
-                    f"existing field of index '{old.name}' (delete and re-create the index)"
-                )
-
-
-def _unused(name: str) -> Any:
-    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
-        users = [
-            d.name
-            for d in view.definitions("knowledgeSource")
-            if (d.body.get("searchIndexParameters") or {}).get("searchIndexName") == name
-        ]
-        if users:
-            raise ResourceConflictError(
-                f"The index '{name}' is used by knowledge source(s) {', '.join(users)}; "
-                "delete them first."
-            )
-
-    return check
 
 
 def _body(stored: StoredDefinition) -> dict[str, Any]:

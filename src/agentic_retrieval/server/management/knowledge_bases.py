@@ -11,9 +11,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictError
-from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition, parse_knowledge_base
-from agentic_retrieval.kb.service import Conditions, DefinitionView, StoredDefinition
+from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition
+from agentic_retrieval.kb.management import (
+    delete_knowledge_base,
+    put_knowledge_base,
+    refuse_reserved,
+)
+from agentic_retrieval.kb.service import StoredDefinition
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.server.management.common import (
     Management,
@@ -45,7 +49,10 @@ def add_knowledge_base_routes(app: FastAPI, management: Management) -> None:
     async def create(request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await json_body(request)
-        stored, _ = await in_thread(_put, management, body, None, Conditions(), creating=True)
+        service, _ = management.require_service()
+        stored, _ = await in_thread(
+            put_knowledge_base, service, body, creating=True, reserved=management.registry.fixed
+        )
         return definition_response(stored, _body(stored, redact=False), 201)
 
     async def get(name: str, request: Request) -> Response:
@@ -61,16 +68,28 @@ def add_knowledge_base_routes(app: FastAPI, management: Management) -> None:
     async def put(name: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await json_body(request)
-        stored, created = await in_thread(_put, management, body, name, conditions(request))
+        service, _ = management.require_service()
+        stored, created = await in_thread(
+            put_knowledge_base,
+            service,
+            body,
+            name,
+            conditions(request),
+            reserved=management.registry.fixed,
+        )
         status = 201 if created else 200
         return definition_response(stored, _body(stored, redact=False), status, request=request)
 
     async def delete(name: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
-        _refuse_fixed(management, name)
+        refuse_reserved(name, management.registry.fixed)
         service, _ = management.require_service()
         deleted = await in_thread(
-            service.delete, "knowledgeBase", name, conditions=conditions(request)
+            delete_knowledge_base,
+            service,
+            name,
+            conditions(request),
+            reserved=management.registry.fixed,
         )
         return Response(status_code=204 if deleted is not None else 404)
 
@@ -95,55 +114,7 @@ def describe_fixed(kb: KnowledgeBase) -> dict[str, Any]:
     }
 
 
-def _put(
-    management: Management,
-    body: dict[str, Any],
-    name: str | None,
-    condition: Conditions,
-    *,
-    creating: bool = False,
-) -> tuple[StoredDefinition, bool]:
-    definition = parse_knowledge_base(body, name)
-    _refuse_fixed(management, definition.name)
-    service, _ = management.require_service()
-
-    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
-        if creating and current is not None:
-            raise ResourceConflictError(
-                f"A knowledge base named '{definition.name}' already exists; update it with "
-                "PUT or choose another name."
-            )
-        missing = [n for n in definition.source_names if view.get("knowledgeSource", n) is None]
-        if missing:
-            raise InvalidDefinitionError(
-                f"knowledgeSources: no knowledge source named {', '.join(map(repr, missing))} "
-                "exists; create it first"
-            )
-
-    return service.put(
-        "knowledgeBase",
-        definition.name,
-        _stored_body(definition),
-        conditions=condition,
-        check=check,
-    )
-
-
-def _stored_body(definition: KnowledgeBaseDefinition) -> dict[str, Any]:
-    body = definition.to_wire()
-    body.pop("@odata.etag", None)
-    return body
-
-
 def _body(stored: StoredDefinition, *, redact: bool = True) -> dict[str, Any]:
     definition = KnowledgeBaseDefinition.model_validate(stored.body)
     body = definition.redacted() if redact else definition.to_wire()
     return {"@odata.etag": stored.etag, **body}
-
-
-def _refuse_fixed(management: Management, name: str) -> None:
-    if name in management.registry.fixed:
-        raise ResourceConflictError(
-            f"The knowledge base '{name}' is served from a directory (--kb) and is read-only "
-            "over REST; change it with the command line."
-        )

@@ -12,15 +12,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictError
-from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition, parse_knowledge_source
-from agentic_retrieval.kb.service import (
-    Conditions,
-    DefinitionView,
-    IngestionHistory,
-    IngestionRun,
-    StoredDefinition,
-)
+from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
+from agentic_retrieval.kb.management import delete_knowledge_source, put_knowledge_source
+from agentic_retrieval.kb.service import IngestionHistory, IngestionRun, StoredDefinition
 from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
@@ -47,7 +41,8 @@ def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
     async def create(request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await json_body(request)
-        stored, _ = await in_thread(_put, management, body, None, Conditions(), creating=True)
+        service, _ = management.require_service()
+        stored, _ = await in_thread(put_knowledge_source, service, body, creating=True)
         return definition_response(stored, _body(stored), 201)
 
     async def get(name: str, request: Request) -> Response:
@@ -58,19 +53,16 @@ def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
     async def put(name: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await json_body(request)
-        stored, created = await in_thread(_put, management, body, name, conditions(request))
+        service, _ = management.require_service()
+        stored, created = await in_thread(
+            put_knowledge_source, service, body, name, conditions(request)
+        )
         return definition_response(stored, _body(stored), 201 if created else 200, request=request)
 
     async def delete(name: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
         service, _ = management.require_service()
-        deleted = await in_thread(
-            service.delete,
-            "knowledgeSource",
-            name,
-            conditions=conditions(request),
-            check=_unused(name),
-        )
+        deleted = await in_thread(delete_knowledge_source, service, name, conditions(request))
         return Response(status_code=204 if deleted is not None else 404)
 
     async def status(name: str, request: Request) -> JSONResponse:
@@ -91,65 +83,6 @@ def _stored(management: Management, name: str) -> StoredDefinition:
     if stored is None:
         raise not_found("knowledge source", name)
     return stored
-
-
-def _put(
-    management: Management,
-    body: dict[str, Any],
-    name: str | None,
-    condition: Conditions,
-    *,
-    creating: bool = False,
-) -> tuple[StoredDefinition, bool]:
-    definition = parse_knowledge_source(body, name)
-    service, _ = management.require_service()
-
-    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
-        if creating and current is not None:
-            raise ResourceConflictError(
-                f"A knowledge source named '{definition.name}' already exists; update it "
-                "with PUT or choose another name."
-            )
-        if current is not None and current.body.get("kind") != definition.kind:
-            raise InvalidDefinitionError(
-                f"kind: the knowledge source '{definition.name}' is of kind "
-                f"{current.body.get('kind')!r}; a kind cannot change (delete and re-create it)"
-            )
-        index = definition.index_name
-        if index is not None and view.get("index", index) is None:
-            raise InvalidDefinitionError(
-                f"searchIndexParameters.searchIndexName: no index named '{index}' exists; "
-                "create it first"
-            )
-
-    body_to_store = definition.to_wire()
-    body_to_store.pop("@odata.etag", None)
-    if body_to_store.get("fileParameters") is not None:
-        body_to_store["fileParameters"].pop("createdResources", None)
-    return service.put(
-        "knowledgeSource",
-        definition.name,
-        body_to_store,
-        conditions=condition,
-        check=check,
-        with_store=definition.kind == "file",
-    )
-
-
-def _unused(name: str) -> Any:
-    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
-        users = [
-            d.name
-            for d in view.definitions("knowledgeBase")
-            if any(ref.get("name") == name for ref in d.body.get("knowledgeSources") or [])
-        ]
-        if users:
-            raise ResourceConflictError(
-                f"The knowledge source '{name}' is used by knowledge base(s) "
-                f"{', '.join(users)}; remove it from them (or delete them) first."
-            )
-
-    return check
 
 
 def _body(stored: StoredDefinition) -> dict[str, Any]:

@@ -1,0 +1,279 @@
+"""Create, replace and delete definitions in a service directory, with every cross-check.
+
+The REST API and the command line both change definitions through these functions, so the
+rules hold whichever way a change comes in:
+
+- a name is unique per kind (creating an existing one is a conflict);
+- a ``searchIndex`` knowledge source needs its index, a knowledge base its sources;
+- an index a knowledge source reads, or a source a knowledge base uses, cannot be deleted;
+- a source's kind never changes; an index's existing fields keep their type, key,
+  searchable, filterable and vector settings (new fields may be added).
+
+Each check runs inside the write transaction of :class:`ServiceDirectory`, so two processes
+changing definitions at once cannot slip past each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictError
+from agentic_retrieval.kb.definitions import (
+    IndexDefinition,
+    parse_index,
+    parse_knowledge_base,
+    parse_knowledge_source,
+)
+from agentic_retrieval.kb.service import (
+    Check,
+    Conditions,
+    DefinitionView,
+    ServiceDirectory,
+    StoredDefinition,
+)
+
+_FIXED_ATTRIBUTES = ("type", "key", "is_searchable", "is_filterable", "dimensions")
+UNCONDITIONAL = Conditions()
+"""No ``If-Match`` / ``If-None-Match``."""
+
+
+def put_index(
+    service: ServiceDirectory,
+    body: dict[str, Any],
+    name: str | None = None,
+    conditions: Conditions = UNCONDITIONAL,
+    *,
+    creating: bool = False,
+) -> tuple[StoredDefinition, bool]:
+    """Create (``creating``: only create) or replace an index.
+
+    Returns:
+        The stored definition and whether it was created.
+
+    Raises:
+        InvalidDefinitionError: The body is invalid, or changes an existing field.
+        ResourceConflictError: ``creating`` and the index exists.
+        PreconditionFailedError: ``conditions`` do not hold.
+    """
+    index = parse_index(body, name)
+
+    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
+        if current is None:
+            return
+        _refuse_existing(creating, "an index", index.name)
+        _check_compatible(IndexDefinition.model_validate(current.body), index)
+
+    return service.put(
+        "index",
+        index.name,
+        _stored_body(index.to_wire()),
+        conditions=conditions,
+        check=check,
+        with_store=True,
+    )
+
+
+def put_knowledge_source(
+    service: ServiceDirectory,
+    body: dict[str, Any],
+    name: str | None = None,
+    conditions: Conditions = UNCONDITIONAL,
+    *,
+    creating: bool = False,
+) -> tuple[StoredDefinition, bool]:
+    """Create or replace a knowledge source (``searchIndex`` or ``file``).
+
+    Raises:
+        UnsupportedKindError: A kind this service does not host.
+        InvalidDefinitionError: An invalid body, a missing index, a change of kind.
+        ResourceConflictError: ``creating`` and the source exists.
+        PreconditionFailedError: ``conditions`` do not hold.
+    """
+    source = parse_knowledge_source(body, name)
+
+    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
+        if current is not None:
+            _refuse_existing(creating, "a knowledge source", source.name)
+            if current.body.get("kind") != source.kind:
+                raise InvalidDefinitionError(
+                    f"kind: the knowledge source '{source.name}' is of kind "
+                    f"{current.body.get('kind')!r}; a kind cannot change (delete and re-create it)"
+                )
+        index = source.index_name
+        if index is not None and view.get("index", index) is None:
+            raise InvalidDefinitionError(
+                f"searchIndexParameters.searchIndexName: no index named '{index}' exists; "
+                "create it first"
+            )
+
+    stored = _stored_body(source.to_wire())
+    if stored.get("fileParameters") is not None:
+        stored["fileParameters"].pop("createdResources", None)  # read-only
+    return service.put(
+        "knowledgeSource",
+        source.name,
+        stored,
+        conditions=conditions,
+        check=check,
+        with_store=source.kind == "file",
+    )
+
+
+def put_knowledge_base(
+    service: ServiceDirectory,
+    body: dict[str, Any],
+    name: str | None = None,
+    conditions: Conditions = UNCONDITIONAL,
+    *,
+    creating: bool = False,
+    reserved: Collection[str] = (),
+) -> tuple[StoredDefinition, bool]:
+    """Create or replace a knowledge base.
+
+    Args:
+        service: The data directory.
+        body: The wire body.
+        name: The name in the URL, if any.
+        conditions: ``If-Match`` / ``If-None-Match``.
+        creating: Only create (an existing name is a conflict).
+        reserved: Names served read-only from elsewhere (``--kb`` directories).
+
+    Raises:
+        InvalidDefinitionError: An invalid body or a missing knowledge source.
+        ResourceConflictError: ``creating`` and the base exists, or a reserved name.
+        PreconditionFailedError: ``conditions`` do not hold.
+    """
+    base = parse_knowledge_base(body, name)
+    refuse_reserved(base.name, reserved)
+
+    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
+        if current is not None:
+            _refuse_existing(creating, "a knowledge base", base.name)
+        missing = [n for n in base.source_names if view.get("knowledgeSource", n) is None]
+        if missing:
+            raise InvalidDefinitionError(
+                f"knowledgeSources: no knowledge source named {', '.join(map(repr, missing))} "
+                "exists; create it first"
+            )
+
+    return service.put(
+        "knowledgeBase",
+        base.name,
+        _stored_body(base.to_wire()),
+        conditions=conditions,
+        check=check,
+    )
+
+
+def delete_index(
+    service: ServiceDirectory, name: str, conditions: Conditions = UNCONDITIONAL
+) -> StoredDefinition | None:
+    """Delete an index and its documents (``None`` if there was none).
+
+    Raises:
+        ResourceConflictError: A knowledge source reads it.
+        PreconditionFailedError: ``conditions`` do not hold.
+    """
+    return service.delete("index", name, conditions=conditions, check=_unused_index(name))
+
+
+def delete_knowledge_source(
+    service: ServiceDirectory, name: str, conditions: Conditions = UNCONDITIONAL
+) -> StoredDefinition | None:
+    """Delete a knowledge source (and a file source's files).
+
+    Raises:
+        ResourceConflictError: A knowledge base uses it.
+        PreconditionFailedError: ``conditions`` do not hold.
+    """
+    return service.delete(
+        "knowledgeSource", name, conditions=conditions, check=_unused_source(name)
+    )
+
+
+def delete_knowledge_base(
+    service: ServiceDirectory,
+    name: str,
+    conditions: Conditions = UNCONDITIONAL,
+    *,
+    reserved: Collection[str] = (),
+) -> StoredDefinition | None:
+    """Delete a knowledge base.
+
+    Raises:
+        ResourceConflictError: A reserved (read-only) name.
+        PreconditionFailedError: ``conditions`` do not hold.
+    """
+    refuse_reserved(name, reserved)
+    return service.delete("knowledgeBase", name, conditions=conditions)
+
+
+def refuse_reserved(name: str, reserved: Collection[str]) -> None:
+    """Refuse to change a knowledge base served read-only from a ``--kb`` directory."""
+    if name in reserved:
+        raise ResourceConflictError(
+            f"The knowledge base '{name}' is served from a directory (--kb) and is read-only "
+            "over REST; change it with the command line."
+        )
+
+
+def _refuse_existing(creating: bool, what: str, name: str) -> None:
+    if creating:
+        raise ResourceConflictError(
+            f"{what.capitalize()} named '{name}' already exists; update it with PUT or choose "
+            "another name."
+        )
+
+
+def _check_compatible(old: IndexDefinition, new: IndexDefinition) -> None:
+    for field in old.fields:
+        replacement = new.field(field.name)
+        if replacement is None:
+            raise InvalidDefinitionError(
+                f"fields: the existing field {field.name!r} cannot be removed from index "
+                f"'{old.name}' (delete and re-create the index)"
+            )
+        for attribute in _FIXED_ATTRIBUTES:
+            if getattr(field, attribute) != getattr(replacement, attribute):
+                raise InvalidDefinitionError(
+                    f"fields.{field.name}: {attribute.removeprefix('is_')} cannot change on an "
+                    f"existing field of index '{old.name}' (delete and re-create the index)"
+                )
+
+
+def _unused_index(name: str) -> Check:
+    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
+        users = [
+            d.name
+            for d in view.definitions("knowledgeSource")
+            if (d.body.get("searchIndexParameters") or {}).get("searchIndexName") == name
+        ]
+        if users:
+            raise ResourceConflictError(
+                f"The index '{name}' is used by knowledge source(s) {', '.join(users)}; "
+                "delete them first."
+            )
+
+    return check
+
+
+def _unused_source(name: str) -> Check:
+    def check(view: DefinitionView, current: StoredDefinition | None) -> None:
+        users = [
+            d.name
+            for d in view.definitions("knowledgeBase")
+            if any(ref.get("name") == name for ref in d.body.get("knowledgeSources") or [])
+        ]
+        if users:
+            raise ResourceConflictError(
+                f"The knowledge source '{name}' is used by knowledge base(s) "
+                f"{', '.join(users)}; remove it from them (or delete them) first."
+            )
+
+    return check
+
+
+def _stored_body(wire: dict[str, Any]) -> dict[str, Any]:
+    wire.pop("@odata.etag", None)
+    return wire
