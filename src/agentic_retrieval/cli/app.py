@@ -496,41 +496,103 @@ def _grounding(text: str) -> list[dict[str, Any]]:
 @user_errors
 def serve(
     kb: Annotated[
-        list[Path], typer.Option("--kb", help="A knowledge-base directory (repeatable).")
-    ],
+        list[Path] | None,
+        typer.Option("--kb", help="A knowledge-base directory, served read-only (repeatable)."),
+    ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="A service data directory (created if missing): indexes, knowledge sources "
+            "and knowledge bases managed over REST, kept across restarts.",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8080,
+    workers: Annotated[
+        int, typer.Option(help="Processes serving requests (sharing --data).", min=1, max=64)
+    ] = 1,
     api_key: Annotated[
         list[str] | None, typer.Option("--api-key", help="Admin key (repeatable).")
     ] = None,
     query_key: Annotated[
-        list[str] | None, typer.Option("--query-key", help="Retrieve-only key (repeatable).")
+        list[str] | None,
+        typer.Option("--query-key", help="Retrieve/search-only key (repeatable)."),
     ] = None,
-    max_in_flight: Annotated[int, typer.Option(help="Requests handled at once.")] = 64,
+    max_in_flight: Annotated[int, typer.Option(help="Requests handled at once (per worker).")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 1024 * 1024,
+    max_upload_bytes: Annotated[
+        int, typer.Option(help="Largest document batch or uploaded file.")
+    ] = 16 * 1024 * 1024,
 ) -> None:
-    """Serve the retrieve REST API and the MCP endpoint for one or more knowledge bases."""
-    from agentic_retrieval.kb.loader import open_knowledge_base
-
+    """Serve the retrieve REST API, the management API (--data) and MCP (--kb)."""
     server = _server_extra()
     uvicorn = _import_extra("uvicorn", "server")
-    bases = [open_knowledge_base(path) for path in kb]
-    names = [b.name for b in bases]
-    if len(set(names)) != len(names):
-        raise UserError(f"two --kb directories hold knowledge bases with the same name: {names}")
-    _check_port_free(host, port)
+    if not kb and data is None:
+        raise UserError("give --data DIR (a service data directory) and/or --kb DIR")
+    names = _served_names(kb or [], data)
     settings = server.ServerSettings(
         api_keys=list(api_key or []),
         query_keys=list(query_key or []),
         max_in_flight=max_in_flight,
         max_body_bytes=max_body_bytes,
+        max_upload_bytes=max_upload_bytes,
         host=host,
     )
-    application = server.create_app(bases, settings=settings)
+    build = functools.partial(build_server_app, list(kb or []), data, settings)
     if not settings.keys().enabled:
         err.print("warning: no API key configured; the server accepts every request")
-    err.print(f"serving {', '.join(names)} on http://{host}:{port}/knowledgebases/<name>/retrieve")
-    uvicorn.run(application, host=host, port=port, log_level="info")
+    where = f"http://{host}:{port}"
+    err.print(f"serving {', '.join(names) or 'no knowledge base yet'} on {where}")
+    if data is not None:
+        err.print(f"managing {data} at {where}/indexes, /knowledgesources, /knowledgebases")
+    if workers == 1:
+        _check_port_free(host, port)
+        uvicorn.run(build(), host=host, port=port, log_level="info")
+        return
+    from agentic_retrieval.server.workers import bind, run_workers
+
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    err.print(f"{workers} worker processes")
+    run_workers(build, sock, workers=workers)
+
+
+def build_server_app(kb: list[Path], data: Path | None, settings: Any) -> Any:
+    """The app ``serve`` runs (built in each worker process)."""
+    from agentic_retrieval.kb.loader import open_knowledge_base
+    from agentic_retrieval.kb.service import ServiceDirectory
+    from agentic_retrieval.server import create_app
+
+    bases = [open_knowledge_base(path) for path in kb]
+    service = ServiceDirectory(data) if data is not None else None
+    return create_app(bases, settings=settings, service=service)
+
+
+def _served_names(kb: list[Path], data: Path | None) -> list[str]:
+    """Check the directories before serving; the knowledge bases' names."""
+    from agentic_retrieval.kb.loader import open_knowledge_base
+    from agentic_retrieval.kb.service import ServiceDirectory
+
+    names = []
+    for path in kb:
+        opened = open_knowledge_base(path)  # fails here, in one line, on a broken directory
+        names.append(opened.name)
+        for source in opened.sources.values():
+            getattr(source, "close", lambda: None)()  # workers open their own connections
+    if len(set(names)) != len(names):
+        raise UserError(f"two --kb directories hold knowledge bases with the same name: {names}")
+    if data is not None:
+        try:
+            service = ServiceDirectory(data)
+        except OSError as exc:
+            raise UserError(f"--data {data}: {exc.strerror or exc}") from None
+        service.remove_orphans()
+        names += [d.name for d in service.definitions("knowledgeBase")]
+        service.close()
+    return names
 
 
 @app.command()

@@ -313,6 +313,22 @@ class KnowledgeBaseDirectory:
             self._entries[name] = dataclasses.replace(entry, embedding_dimension=dimension)
         self._save()
 
+    def remove_source(self, name: str) -> None:
+        """Remove a source: its manifest entry, then its index file.
+
+        Raises:
+            KnowledgeBaseDirectoryError: Unknown source name.
+        """
+        entry = self._entry(name)
+        with self._lock:
+            opened = self._open.pop(name, None)
+            del self._entries[name]
+        if opened is not None:
+            opened.close()
+        self._save()  # first: a crash now leaves an unused file, never a dangling entry
+        for suffix in ("", "-wal", "-shm"):
+            (self.path / f"{entry.database}{suffix}").unlink(missing_ok=True)
+
     def close(self) -> None:
         """Close every opened source."""
         with self._lock:

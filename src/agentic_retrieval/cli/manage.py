@@ -1,0 +1,202 @@
+"""``agentic-retrieval kb …`` and ``source …``: list, show and delete without the SDK.
+
+Both work on a service data directory (``--data DIR``, what ``serve --data`` manages) or on
+a knowledge-base directory (``--kb DIR``, what ``index`` builds). Deleting follows the same
+rules as the REST API: a source a knowledge base still uses is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from agentic_retrieval.cli.app import UserError, app, out, user_errors
+from agentic_retrieval.errors import ResourceNotFoundError
+from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.kb.management import delete_knowledge_base, delete_knowledge_source
+from agentic_retrieval.kb.service import DATABASE_NAME, ServiceDirectory, StoredDefinition
+
+kb_app = typer.Typer(help="List, show and delete knowledge bases.", no_args_is_help=True)
+source_app = typer.Typer(help="List, show and delete knowledge sources.", no_args_is_help=True)
+app.add_typer(kb_app, name="kb")
+app.add_typer(source_app, name="source")
+
+DataOption = Annotated[
+    Path | None, typer.Option("--data", help="A service data directory (serve --data).")
+]
+KbDirOption = Annotated[
+    Path | None, typer.Option("--kb", help="A knowledge-base directory (index --kb).")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
+
+
+# --- knowledge bases ------------------------------------------------------------------------
+
+
+@kb_app.command("list")
+@user_errors
+def list_bases(
+    data: DataOption = None, kb: KbDirOption = None, as_json: JsonOption = False
+) -> None:
+    """List the knowledge bases of a data directory (or the one in a KB directory)."""
+    if kb is not None:
+        rows = [_directory_base(_kb_directory(kb))]
+    else:
+        rows = [_body(d) for d in _service(data).definitions("knowledgeBase")]
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("name", "knowledge sources", "description")
+    for row in rows:
+        sources = ", ".join(s["name"] for s in row.get("knowledgeSources", []))
+        table.add_row(row["name"], sources, row.get("description") or "")
+    out.print(table)
+
+
+@kb_app.command("show")
+@user_errors
+def show_base(name: str, data: DataOption = None, kb: KbDirOption = None) -> None:
+    """Print the definition of knowledge base NAME as JSON (model keys redacted)."""
+    if kb is not None:
+        body = _directory_base(_kb_directory(kb))
+        if body["name"] != name:
+            raise UserError(f"{kb} holds the knowledge base {body['name']!r}, not {name!r}")
+        _print_json(body)
+        return
+    stored = _service(data).get("knowledgeBase", name)
+    if stored is None:
+        raise ResourceNotFoundError(f"no knowledge base named {name!r} in {data}")
+    _print_json(_body(stored))
+
+
+@kb_app.command("delete")
+@user_errors
+def delete_base(name: str, data: DataOption = None) -> None:
+    """Delete knowledge base NAME from a data directory (its sources stay)."""
+    if delete_knowledge_base(_service(data), name) is None:
+        raise ResourceNotFoundError(f"no knowledge base named {name!r} in {data}")
+    out.print(f"deleted knowledge base {name}")
+
+
+# --- knowledge sources ----------------------------------------------------------------------
+
+
+@source_app.command("list")
+@user_errors
+def list_sources(
+    data: DataOption = None, kb: KbDirOption = None, as_json: JsonOption = False
+) -> None:
+    """List the knowledge sources of a data directory or a KB directory."""
+    if kb is not None:
+        directory = _kb_directory(kb)
+        rows = [_directory_source(directory, entry.name) for entry in directory.sources]
+    else:
+        service = _service(data)
+        rows = [_source_row(service, d) for d in service.definitions("knowledgeSource")]
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("name", "kind", "documents", "description")
+    for row in rows:
+        table.add_row(row["name"], row["kind"], str(row["documents"]), row.get("description") or "")
+    out.print(table)
+
+
+@source_app.command("show")
+@user_errors
+def show_source(name: str, data: DataOption = None, kb: KbDirOption = None) -> None:
+    """Print knowledge source NAME (its definition and document count) as JSON."""
+    if kb is not None:
+        directory = _kb_directory(kb)
+        directory.open_source(name, embeddings=False)  # raises, naming the known sources
+        _print_json(_directory_source(directory, name))
+        return
+    service = _service(data)
+    stored = service.get("knowledgeSource", name)
+    if stored is None:
+        raise ResourceNotFoundError(f"no knowledge source named {name!r} in {data}")
+    _print_json({**_body(stored), "documents": _source_row(service, stored)["documents"]})
+
+
+@source_app.command("delete")
+@user_errors
+def delete_source(name: str, data: DataOption = None, kb: KbDirOption = None) -> None:
+    """Delete knowledge source NAME (and what was indexed into it).
+
+    In a data directory, a source a knowledge base still uses is refused.
+    """
+    if kb is not None:
+        _kb_directory(kb).remove_source(name)
+    elif delete_knowledge_source(_service(data), name) is None:
+        raise ResourceNotFoundError(f"no knowledge source named {name!r} in {data}")
+    out.print(f"deleted knowledge source {name}")
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _service(data: Path | None) -> ServiceDirectory:
+    if data is None:
+        raise UserError("give --data DIR (a service data directory) or --kb DIR")
+    if not (data / DATABASE_NAME).is_file():
+        raise UserError(f"{data} is not a service data directory ({DATABASE_NAME} is missing)")
+    return ServiceDirectory(data)
+
+
+def _kb_directory(path: Path) -> KnowledgeBaseDirectory:
+    return KnowledgeBaseDirectory(path).load()
+
+
+def _body(stored: StoredDefinition) -> dict[str, Any]:
+    if stored.kind == "knowledgeBase":
+        return KnowledgeBaseDefinition.model_validate(stored.body).redacted()
+    return dict(stored.body)
+
+
+def _source_row(service: ServiceDirectory, stored: StoredDefinition) -> dict[str, Any]:
+    from agentic_retrieval.kb.catalog import ServiceCatalog
+
+    catalog = ServiceCatalog(service)
+    if stored.body.get("kind") == "file":
+        files = catalog.file_documents(stored.name)
+        documents = files.count() if files is not None else 0
+    else:
+        index = (stored.body.get("searchIndexParameters") or {}).get("searchIndexName", "")
+        index_documents = catalog.index_documents(index)
+        documents = index_documents.count() if index_documents is not None else 0
+    return {
+        "name": stored.name,
+        "kind": stored.body.get("kind"),
+        "description": stored.body.get("description"),
+        "documents": documents,
+    }
+
+
+def _directory_base(directory: KnowledgeBaseDirectory) -> dict[str, Any]:
+    return {
+        "name": directory.name,
+        "description": directory.description or None,
+        "knowledgeSources": [{"name": entry.name} for entry in directory.sources],
+    }
+
+
+def _directory_source(directory: KnowledgeBaseDirectory, name: str) -> dict[str, Any]:
+    entry = next(e for e in directory.sources if e.name == name)
+    store = directory.open_source(name, embeddings=False).store
+    return {
+        "name": entry.name,
+        "kind": entry.kind,
+        "description": entry.description or None,
+        "documents": len(store.indexed_paths()),
+        "chunks": store.count_chunks(),
+    }
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
