@@ -152,6 +152,10 @@ class LoaderError(LocalStoreError, ValueError):
     """A file could not be turned into text (the reason is user-facing)."""
 
 
+class MissingConverterError(LoaderError):
+    """A file format needs an optional extra that is not installed (the message names it)."""
+
+
 class StoreError(LocalStoreError, RuntimeError):
     """The store file is unusable (wrong schema, mismatched vector dimension...)."""
 
@@ -216,8 +220,8 @@ class PreconditionFailedError(ServiceError, ValueError):
     """An ``If-Match`` / ``If-None-Match`` condition does not hold (HTTP 412)."""
 
 
-class BatchTooLargeError(ServiceError, ValueError):
-    """A document batch has more actions than one request may carry (HTTP 413)."""
+class TooLargeError(ServiceError, ValueError):
+    """A document batch or an uploaded file is larger than the service accepts (HTTP 413)."""
 
 
 class UnsupportedFileError(ServiceError, ValueError):

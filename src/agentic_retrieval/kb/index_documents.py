@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agentic_retrieval.errors import BatchTooLargeError, InvalidRequestError
+from agentic_retrieval.errors import InvalidRequestError, TooLargeError
 from agentic_retrieval.kb.definitions import IndexDefinition, IndexField
 from agentic_retrieval.odata import (
     All,
@@ -109,13 +109,13 @@ class IndexDocuments:
         """Check a whole batch; return ``(action, document)`` pairs with typed values.
 
         Raises:
-            BatchTooLargeError: More than :data:`MAX_BATCH_ACTIONS` actions.
+            TooLargeError: More than :data:`MAX_BATCH_ACTIONS` actions.
             InvalidRequestError: The batch or a document is malformed (naming which).
         """
         if not isinstance(actions, list) or not actions:
             raise InvalidRequestError("value: send a non-empty list of index actions")
         if len(actions) > MAX_BATCH_ACTIONS:
-            raise BatchTooLargeError(
+            raise TooLargeError(
                 f"value: {len(actions)} actions in one batch; at most {MAX_BATCH_ACTIONS} are "
                 "allowed (split the batch)"
             )

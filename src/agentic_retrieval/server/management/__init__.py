@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from agentic_retrieval.server.management.common import Management, install_service_error_handler
 from agentic_retrieval.server.management.documents import add_document_routes
+from agentic_retrieval.server.management.files import add_file_routes
 from agentic_retrieval.server.management.indexes import add_index_routes
 from agentic_retrieval.server.management.knowledge_bases import add_knowledge_base_routes
 from agentic_retrieval.server.management.knowledge_sources import add_knowledge_source_routes
@@ -21,6 +22,7 @@ def add_management_routes(app: FastAPI, management: Management) -> None:
     add_knowledge_source_routes(app, management)
     add_index_routes(app, management)
     add_document_routes(app, management)
+    add_file_routes(app, management)
 
 
 __all__ = ["Management", "add_management_routes"]

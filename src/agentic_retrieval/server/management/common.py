@@ -14,12 +14,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from agentic_retrieval.errors import (
-    BatchTooLargeError,
     InvalidDefinitionError,
     PreconditionFailedError,
     ResourceConflictError,
     ResourceNotFoundError,
     ServiceError,
+    TooLargeError,
     UnreadableFileError,
     UnsupportedFileError,
 )
@@ -38,7 +38,7 @@ _STATUS = {
     ResourceNotFoundError: (404, "ResourceNotFound"),
     ResourceConflictError: (409, "Conflict"),
     PreconditionFailedError: (412, "PreconditionFailed"),
-    BatchTooLargeError: (413, "RequestEntityTooLarge"),
+    TooLargeError: (413, "RequestEntityTooLarge"),
     UnsupportedFileError: (415, "UnsupportedMediaType"),
     UnreadableFileError: (400, "UnreadableFile"),
 }
@@ -140,14 +140,17 @@ def definition_response(
     return JSONResponse({"@odata.etag": stored.etag, **body}, status_code=status, headers=headers)
 
 
-def page(request: Request, items: Iterable[tuple[str, T]]) -> tuple[list[T], str | None]:
+def page(
+    request: Request, items: Iterable[tuple[str, T]], *, by_name: bool = True
+) -> tuple[list[T], str | None]:
     """One page of ``(name, item)`` pairs (sorted by name) and the next page's link.
 
     Reads ``search`` with ``searchType=prefix`` (names starting with it), ``pageSize``
     (1-3000; default: everything) and ``$skipToken`` (from a previous ``@odata.nextLink``).
+    Without ``by_name`` the caller has applied ``search`` itself.
     """
     params = request.query_params
-    search = params.get("search") or ""
+    search = (params.get("search") or "") if by_name else ""
     search_type = params.get("searchType") or "prefix"
     if search_type != "prefix":
         raise ApiError(400, f"searchType: {search_type!r} is not supported; use 'prefix'.")

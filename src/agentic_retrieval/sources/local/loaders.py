@@ -1,6 +1,9 @@
-"""Read ``.txt``, ``.md``, ``.html`` and ``.pdf`` files into titled, paged plain text.
+"""Read files into titled, paged plain text.
 
-Each loader returns a :class:`LoadedDocument`; a file that cannot be read raises
+TXT, Markdown, HTML and PDF are read here; CSV, JSON and Office documents (DOCX, PPTX, XLSX;
+extra ``office``) in :mod:`.formats`. PDF is read with ``pypdf`` page by page (what
+``langchain-community``'s ``PyPDFLoader`` wraps), so every chunk keeps its page number for
+citations. Each loader returns a :class:`LoadedDocument`; a file that cannot be read raises
 :class:`LoaderError` with a reason the ingest report shows to the user.
 """
 
@@ -15,7 +18,22 @@ from pathlib import Path
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import LoaderError as LoaderError
 
-SUPPORTED_EXTENSIONS = frozenset({".txt", ".md", ".markdown", ".html", ".htm", ".pdf"})
+SUPPORTED_EXTENSIONS = frozenset(
+    {
+        ".txt",
+        ".md",
+        ".markdown",
+        ".html",
+        ".htm",
+        ".pdf",
+        ".csv",
+        ".json",
+        ".docx",
+        ".pptx",
+        ".xlsx",
+    }
+)
+"""Extensions :func:`load_file` reads (DOCX, PPTX and XLSX need the ``office`` extra)."""
 _MAX_TITLE = 120
 _BINARY_SNIFF = 8192
 
@@ -47,10 +65,11 @@ def load_file(path: Path, data: bytes) -> LoadedDocument:
         The document; its sections may be empty when the file has no text.
 
     Raises:
-        LoaderError: Unsupported extension, binary content, or a corrupt PDF.
+        LoaderError: Unsupported extension, binary content, or a corrupt file
+            (:class:`~agentic_retrieval.errors.MissingConverterError` when an extra is needed).
 
     """
-    loader = _LOADERS.get(path.suffix.lower())
+    loader = _LOADERS.get(path.suffix.lower()) or _more_formats().get(path.suffix.lower())
     if loader is None:
         raise LoaderError(f"unsupported file type {path.suffix or '(none)'!r}")
     return loader(path, data)
@@ -61,7 +80,8 @@ def title_from_filename(path: Path) -> str:
     return re.sub(r"[_\-\s]+", " ", path.stem).strip() or path.name
 
 
-def _decode_text(path: Path, data: bytes) -> str:
+def decode_text(path: Path, data: bytes) -> str:
+    """Text from bytes: UTF-8 (with or without BOM), else Windows-1252; binary is an error."""
     if b"\x00" in data[:_BINARY_SNIFF]:
         raise LoaderError("binary content (NUL bytes) in a text file")
     try:
@@ -84,7 +104,7 @@ def _first_line_title(text: str) -> str | None:
 
 
 def _load_txt(path: Path, data: bytes) -> LoadedDocument:
-    text = _decode_text(path, data)
+    text = decode_text(path, data)
     title = _first_line_title(text) or title_from_filename(path)
     return LoadedDocument(title, (Section(text),) if text.strip() else ())
 
@@ -93,7 +113,7 @@ _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
 def _load_markdown(path: Path, data: bytes) -> LoadedDocument:
-    text = _decode_text(path, data)
+    text = decode_text(path, data)
     heading = _MD_HEADING.search(text)
     title = heading.group(1).strip() if heading else title_from_filename(path)
     return LoadedDocument(title[:_MAX_TITLE], (Section(text),) if text.strip() else ())
@@ -166,7 +186,7 @@ class _HtmlText(HTMLParser):
 
 def _load_html(path: Path, data: bytes) -> LoadedDocument:
     parser = _HtmlText()
-    parser.feed(_decode_text(path, data))
+    parser.feed(decode_text(path, data))
     parser.close()
     text = "".join(parser.parts)
     title = " ".join(parser.title.split()) or " ".join(parser.h1.split())
@@ -216,3 +236,15 @@ _LOADERS: dict[str, Callable[[Path, bytes], LoadedDocument]] = {
     ".htm": _load_html,
     ".pdf": _load_pdf,
 }
+
+
+def _more_formats() -> dict[str, Callable[[Path, bytes], LoadedDocument]]:
+    from agentic_retrieval.sources.local import formats
+
+    return {
+        ".csv": formats.load_csv,
+        ".json": formats.load_json,
+        ".docx": formats.load_office,
+        ".pptx": formats.load_office,
+        ".xlsx": formats.load_office,
+    }

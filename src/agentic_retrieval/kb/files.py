@@ -1,0 +1,232 @@
+"""The files of a ``file`` knowledge source: upload, update, list, delete.
+
+Each file is converted to text, chunked and indexed on its own (its chunks are replaced in
+one transaction).
+
+A file is described as Azure describes it (``KnowledgeSourceFile``): ``fileId``,
+``fileName`` (it may hold a path: ``notes/build26/features.md``), ``prefix`` (that path's
+directory part, with a trailing ``/``), ``fileSizeBytes``, ``createdAt``,
+``lastUpdatedAt``, ``metadata`` (returned, not searchable), ``parsingMode`` and
+``extractionMode``. Uploading content identical to what a file already holds (same name and
+metadata too) is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from agentic_retrieval.errors import (
+    InvalidRequestError,
+    LoaderError,
+    MissingConverterError,
+    ResourceConflictError,
+    ResourceNotFoundError,
+    TooLargeError,
+    UnreadableFileError,
+    UnsupportedFileError,
+)
+from agentic_retrieval.sources.local.documents import DocumentStore
+from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS, LoadedDocument, load_file
+
+_PARSING_MODES = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".csv": "delimitedText",
+    ".json": "json",
+}
+_INTERNAL = ("contentHash",)
+MAX_FILE_NAME = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FileUpload:
+    """One upload: the file's name (may hold a path), its bytes and its metadata."""
+
+    file_name: str
+    content: bytes
+    metadata: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class FileOutcome:
+    """What an upload did: the file's description and whether it was (re)indexed."""
+
+    file: dict[str, Any]
+    indexed: bool
+
+
+class SourceFiles:
+    """The files of one file knowledge source.
+
+    Args:
+        documents: The source's store.
+        max_file_bytes: Largest file accepted.
+        max_files: Most files the source holds.
+    """
+
+    def __init__(self, documents: DocumentStore, *, max_file_bytes: int, max_files: int) -> None:
+        self.documents = documents
+        self.max_file_bytes = max_file_bytes
+        self.max_files = max_files
+
+    def upload(self, upload: FileUpload) -> FileOutcome:
+        """Add a new file.
+
+        Raises:
+            InvalidRequestError: A bad file name or metadata.
+            ResourceConflictError: A file of that name exists, or the source is full.
+            UnsupportedFileError: A type this service cannot read (415; names the extra when
+                one would).
+            UnreadableFileError: A corrupt file, or one without text.
+        """
+        self._check(upload)
+        existing = self._by_name(upload.file_name)
+        if existing is not None:
+            raise ResourceConflictError(
+                f"A file named '{upload.file_name}' already exists in this knowledge source "
+                f"(fileId {existing['fileId']}); replace it with PUT to its files('<fileId>')."
+            )
+        if self.documents.count() >= self.max_files:
+            raise ResourceConflictError(
+                f"This knowledge source holds {self.max_files} files, its capacity; delete "
+                "some first."
+            )
+        now = _now()
+        return self._write(str(uuid.uuid4()), upload, created=now, updated=now)
+
+    def update(self, file_id: str, upload: FileUpload) -> FileOutcome:
+        """Replace a file's content (and name and metadata).
+
+        Raises:
+            ResourceNotFoundError: No file with that id.
+            ResourceConflictError: Another file already has the new name.
+            UnsupportedFileError, UnreadableFileError, InvalidRequestError: As for
+                :meth:`upload`.
+        """
+        current = self.documents.get(file_id)
+        if current is None:
+            raise ResourceNotFoundError(f"No file with id '{file_id}' exists in this source.")
+        self._check(upload)
+        other = self._by_name(upload.file_name)
+        if other is not None and other["fileId"] != file_id:
+            raise ResourceConflictError(
+                f"Another file (fileId {other['fileId']}) is already named '{upload.file_name}'."
+            )
+        digest = _digest(upload)
+        if current.get("contentHash") == digest:
+            return FileOutcome(public(current), indexed=False)
+        return self._write(file_id, upload, created=current["createdAt"], updated=_now())
+
+    def delete(self, file_id: str) -> bool:
+        """Remove a file and its chunks; ``False`` when there was none."""
+        return self.documents.delete(file_id)
+
+    def get(self, file_id: str) -> dict[str, Any] | None:
+        """A file's description."""
+        found = self.documents.get(file_id)
+        return public(found) if found is not None else None
+
+    def all(self) -> list[dict[str, Any]]:
+        """Every file's description, by file name."""
+        files, after = [], None
+        while True:
+            batch = self.documents.page(after, 1000)
+            files += [public(item) for _, item in batch]
+            if len(batch) < 1000:
+                break
+            after = batch[-1][0]
+        return sorted(files, key=lambda f: (f["fileName"], f["fileId"]))
+
+    def _check(self, upload: FileUpload) -> None:
+        name = upload.file_name
+        parts = PurePosixPath(name).parts
+        if not name or len(name) > MAX_FILE_NAME or name.startswith("/") or ".." in parts:
+            raise InvalidRequestError(
+                f"fileName: {name!r} is not a valid file name (a relative path without '..', "
+                f"at most {MAX_FILE_NAME} characters)"
+            )
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in upload.metadata.items()):
+            raise InvalidRequestError("metadata: a map of strings to strings")
+        if len(upload.content) > self.max_file_bytes:
+            raise TooLargeError(
+                f"content: the file has {len(upload.content)} bytes; the limit is "
+                f"{self.max_file_bytes}"
+            )
+        suffix = PurePosixPath(name).suffix.lower()
+        if suffix not in SUPPORTED_EXTENSIONS:
+            raise UnsupportedFileError(
+                f"fileName: files of type {suffix or '(none)'!r} cannot be converted to text; "
+                f"supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
+            )
+
+    def _by_name(self, name: str) -> dict[str, Any] | None:
+        return next((f for f in self.all() if f["fileName"] == name), None)
+
+    def _write(
+        self, file_id: str, upload: FileUpload, *, created: str, updated: str
+    ) -> FileOutcome:
+        document = convert(upload)
+        path = PurePosixPath(upload.file_name)
+        prefix = f"{path.parent.as_posix()}/" if str(path.parent) != "." else ""
+        described = {
+            "fileId": file_id,
+            "fileName": upload.file_name,
+            "fileSizeBytes": len(upload.content),
+            "createdAt": created,
+            "lastUpdatedAt": updated,
+            "errorMessage": None,
+            "prefix": prefix,
+            "metadata": dict(upload.metadata),
+            "parsingMode": _PARSING_MODES.get(path.suffix.lower(), "default"),
+            "extractionMode": "minimal",
+            "contentHash": _digest(upload),
+        }
+        self.documents.put(
+            file_id,
+            stored=described,
+            title=document.title,
+            sections=document.sections,
+            fields={"file_id": file_id, "file_name": upload.file_name, "title": document.title},
+        )
+        return FileOutcome(public(described), indexed=True)
+
+
+def convert(upload: FileUpload) -> LoadedDocument:
+    """The file's text, by its extension.
+
+    Raises:
+        UnsupportedFileError: An optional converter is missing (the message names the extra).
+        UnreadableFileError: A corrupt file, or one without any text.
+    """
+    try:
+        document = load_file(Path(upload.file_name), upload.content)  # only its name is read
+    except MissingConverterError as exc:
+        raise UnsupportedFileError(str(exc)) from exc
+    except LoaderError as exc:
+        raise UnreadableFileError(f"could not read '{upload.file_name}': {exc}") from exc
+    if not any(section.text.strip() for section in document.sections):
+        raise UnreadableFileError(f"'{upload.file_name}' has no extractable text")
+    return document
+
+
+def public(described: Mapping[str, Any]) -> dict[str, Any]:
+    """A file's description as the API shows it (without internal fields)."""
+    return {k: v for k, v in described.items() if k not in _INTERNAL}
+
+
+def _digest(upload: FileUpload) -> str:
+    digest = hashlib.sha256(upload.content)
+    digest.update(upload.file_name.encode())
+    digest.update(repr(sorted(upload.metadata.items())).encode())
+    return digest.hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,0 +1,177 @@
+"""``/knowledgesources/{name}/files``: the files of a ``file`` knowledge source.
+
+Upload (POST) as ``multipart/form-data`` with the parts ``metadata`` (JSON:
+``{"fileName", "metadata"}``) and ``content`` (the bytes), as in the 2026-10-01 GA, or as the
+preview's raw ``application/octet-stream`` body named by ``Content-Disposition: attachment;
+filename="notes/a.md"``. Update is a PUT of the same multipart body to ``files('{fileId}')``;
+list takes ``prefix`` (a directory-like prefix of the file name), ``search`` (a prefix of the
+name after the last ``/``), ``pageSize`` and ``$skipToken``. Each upload is converted and
+indexed before the response, so it is retrievable as soon as the 201 arrives.
+"""
+
+from __future__ import annotations
+
+import json
+from email.message import EmailMessage
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import UploadFile
+
+from agentic_retrieval.errors import AgenticRetrievalError, InvalidRequestError
+from agentic_retrieval.kb.files import FileOutcome, FileUpload, SourceFiles
+from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.server.management.common import (
+    Management,
+    add_routes,
+    check_request,
+    in_thread,
+    list_body,
+    not_found,
+    page,
+)
+
+
+def add_file_routes(app: FastAPI, management: Management) -> None:
+    """Register the file routes."""
+
+    async def upload(name: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "admin")
+        files = _files(management, name)
+        received = await read_upload(request)
+        outcome = await in_thread(_ingest, management, name, files.upload, received)
+        return JSONResponse(outcome.file, status_code=201)
+
+    async def update(name: str, file_id: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "admin")
+        files = _files(management, name)
+        received = await read_upload(request)
+
+        def replace(upload: FileUpload) -> FileOutcome:
+            return files.update(file_id, upload)
+
+        outcome = await in_thread(_ingest, management, name, replace, received)
+        return JSONResponse(outcome.file)
+
+    async def list_files(name: str, request: Request) -> Any:
+        check_request(request, management.keys, "admin")
+        files = _files(management, name)
+        prefix = request.query_params.get("prefix") or ""
+        search = request.query_params.get("search") or ""
+        chosen = [
+            (f"{f['fileName']}\x00{f['fileId']}", f)
+            for f in await in_thread(files.all)
+            if f["fileName"].startswith(prefix)
+            and f["fileName"].rpartition("/")[2].startswith(search)
+        ]
+        values, next_link = page(request, chosen, by_name=False)
+        return list_body(values, next_link)
+
+    async def get(name: str, file_id: str, request: Request) -> JSONResponse:
+        check_request(request, management.keys, "admin")
+        found = await in_thread(_files(management, name).get, file_id)
+        if found is None:
+            raise not_found("file with id", file_id)
+        return JSONResponse(found)
+
+    async def delete(name: str, file_id: str, request: Request) -> Response:
+        check_request(request, management.keys, "admin")
+        deleted = await in_thread(_files(management, name).delete, file_id)
+        return Response(status_code=204 if deleted else 404)
+
+    add_routes(app, "/knowledgesources/{name}/files", upload, ["POST"])
+    add_routes(app, "/knowledgesources/{name}/files", list_files, ["GET"])
+    add_routes(app, "/knowledgesources/{name}/files/{file_id}", get, ["GET"])
+    add_routes(app, "/knowledgesources/{name}/files/{file_id}", update, ["PUT"])
+    add_routes(app, "/knowledgesources/{name}/files/{file_id}", delete, ["DELETE"])
+
+
+async def read_upload(request: Request) -> FileUpload:
+    """The file in a multipart or raw octet-stream request.
+
+    Raises:
+        ApiError: 415 for another content type, 400 for a malformed body.
+    """
+    content_type = (request.headers.get("content-type") or "").lower()
+    if content_type.startswith("multipart/form-data"):
+        return await _multipart(request)
+    if content_type.startswith("application/octet-stream"):
+        name = _disposition_filename(request.headers.get("content-disposition"))
+        if not name:
+            raise ApiError(
+                400,
+                "Content-Disposition: an octet-stream upload needs "
+                "'attachment; filename=\"<name>\"'.",
+            )
+        return FileUpload(name, await request.body(), {})
+    raise ApiError(
+        415,
+        "Send the file as multipart/form-data (parts 'metadata' and 'content') or as "
+        "application/octet-stream with a Content-Disposition filename.",
+    )
+
+
+async def _multipart(request: Request) -> FileUpload:
+    form = await request.form()
+    content = form.get("content")
+    if content is None:
+        raise ApiError(400, "content: the multipart body needs a 'content' part.")
+    data = await content.read() if isinstance(content, UploadFile) else content.encode()
+    raw = form.get("metadata")
+    text = (await raw.read()).decode() if isinstance(raw, UploadFile) else (raw or "{}")
+    try:
+        metadata = json.loads(text)
+    except ValueError as exc:
+        raise ApiError(400, f"metadata: not valid JSON ({exc}).") from exc
+    if not isinstance(metadata, dict):
+        raise ApiError(400, "metadata: expected a JSON object {fileName, metadata}.")
+    name = metadata.get("fileName") or (
+        content.filename if isinstance(content, UploadFile) else None
+    )
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, "metadata.fileName: the file needs a name.")
+    return FileUpload(name, data, metadata.get("metadata") or {})
+
+
+def _disposition_filename(header: str | None) -> str | None:
+    if not header:
+        return None
+    message = EmailMessage()
+    message["content-disposition"] = header
+    return message.get_filename()
+
+
+def _files(management: Management, name: str) -> SourceFiles:
+    service, catalog = management.require_service()
+    stored = service.get("knowledgeSource", name)
+    if stored is None:
+        raise not_found("knowledge source", name)
+    documents = catalog.file_documents(name)
+    if documents is None:
+        raise InvalidRequestError(
+            f"The knowledge source '{name}' is of kind {stored.body.get('kind')!r}; files "
+            "belong to knowledge sources of kind 'file'."
+        )
+    return SourceFiles(
+        documents, max_file_bytes=management.max_file_bytes, max_files=management.max_files
+    )
+
+
+def _ingest(management: Management, name: str, action: Any, upload: FileUpload) -> FileOutcome:
+    """Run one upload as an ingestion run of the source (counted in its status)."""
+    service, _ = management.require_service()
+    stored = service.get("knowledgeSource", name)
+    if stored is None or stored.store is None:
+        raise not_found("knowledge source", name)
+    with service.ingestion_run(stored.store) as run:
+        try:
+            outcome: FileOutcome = action(upload)
+        except AgenticRetrievalError as exc:
+            run.fail(upload.file_name, str(exc), 400)
+            raise
+        if outcome.indexed:
+            run.processed += 1
+        else:
+            run.skipped += 1
+    return outcome
