@@ -243,3 +243,18 @@ def test_definitions_and_documents_survive_a_restart(tmp_path):
             json={"intents": [{"type": "semantic", "search": "day pass"}]},
         )
         assert retrieved.json()["references"][0]["docKey"] == "a"
+
+
+def test_model_keys_are_redacted_on_reads_and_kept_when_sent_back(http, tmp_path):
+    with_guides(http)
+    model = {"kind": "azureOpenAI", "azureOpenAIParameters": {"deploymentId": "d", "apiKey": "s3"}}
+    base = {"name": "transit", "knowledgeSources": [{"name": "guides-ks"}], "models": [model]}
+    assert http.put("/knowledgebases('transit')", json=base).status_code == 204
+    read = http.get("/knowledgebases('transit')").json()
+    assert read["models"][0]["azureOpenAIParameters"]["apiKey"] == "<redacted>"
+    assert "s3" not in http.get("/knowledgebases").text
+    read["description"] = "edited after a read"
+    assert http.put("/knowledgebases('transit')", json=read).status_code == 204
+    stored = ServiceDirectory(tmp_path / "data").get("knowledgeBase", "transit")
+    assert stored.body["models"][0]["azureOpenAIParameters"]["apiKey"] == "s3"
+    assert stored.body["description"] == "edited after a read"

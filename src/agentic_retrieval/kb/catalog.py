@@ -77,6 +77,7 @@ class ServiceCatalog:
             if generation != self._generation:
                 self._cache.clear()
                 self._generation = generation
+                self.service.close_unused_stores()
             if key not in self._cache:
                 self._cache[key] = build(key[1])
             return self._cache[key]

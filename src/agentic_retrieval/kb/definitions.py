@@ -60,6 +60,8 @@ _INDEX_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?\Z")
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
 _FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}\Z")
 MAX_TAGS = 10
+REDACTED = "<redacted>"
+"""What a read shows instead of a model's API key (as Azure does)."""
 
 
 class Definition(BaseModel):
@@ -318,7 +320,7 @@ class KnowledgeBaseDefinition(Definition):
         for model in body.get("models") or []:
             for params in model.values():
                 if isinstance(params, dict) and params.get("apiKey"):
-                    params["apiKey"] = "<redacted>"
+                    params["apiKey"] = REDACTED
         return body
 
 

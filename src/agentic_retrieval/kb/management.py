@@ -20,6 +20,7 @@ from typing import Any
 
 from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictError
 from agentic_retrieval.kb.definitions import (
+    REDACTED,
     IndexDefinition,
     parse_index,
     parse_knowledge_base,
@@ -157,13 +158,9 @@ def put_knowledge_base(
                 "exists; create it first"
             )
 
-    return service.put(
-        "knowledgeBase",
-        base.name,
-        _stored_body(base.to_wire()),
-        conditions=conditions,
-        check=check,
-    )
+    current = service.get("knowledgeBase", base.name)
+    body = _keep_redacted_keys(_stored_body(base.to_wire()), current)
+    return service.put("knowledgeBase", base.name, body, conditions=conditions, check=check)
 
 
 def delete_index(
@@ -272,6 +269,17 @@ def _unused_source(name: str) -> Check:
             )
 
     return check
+
+
+def _keep_redacted_keys(body: dict[str, Any], current: StoredDefinition | None) -> dict[str, Any]:
+    """A model ``apiKey`` sent back as ``<redacted>`` (as a GET shows it) keeps the stored key."""
+    stored = (current.body.get("models") or []) if current is not None else []
+    for position, model in enumerate(body.get("models") or []):
+        for kind, params in model.items():
+            if isinstance(params, dict) and params.get("apiKey") == REDACTED:
+                previous = stored[position].get(kind, {}) if position < len(stored) else {}
+                params["apiKey"] = previous.get("apiKey", REDACTED)
+    return body
 
 
 def _stored_body(wire: dict[str, Any]) -> dict[str, Any]:

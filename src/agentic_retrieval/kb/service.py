@@ -312,6 +312,16 @@ class ServiceDirectory:
                 self._stores[definition.store] = store
             return store
 
+    def close_unused_stores(self) -> None:
+        """Close this process's stores whose definitions are gone (deleted elsewhere)."""
+        named = {
+            d.store for d in [*self.definitions("index"), *self.definitions("knowledgeSource")]
+        }
+        with self._lock:
+            gone = [name for name in self._stores if name not in named]
+        for name in gone:
+            self._forget_store(name)
+
     def remove_orphans(self) -> list[str]:
         """Delete store files no definition names; returns their names.
 
