@@ -136,7 +136,7 @@ def test_unreadable_files_are_reported_and_skipped(
     write(docs / "locked.md", "# Locked\n\nSecret.")
     (docs / "picture.png").write_bytes(b"\x89PNG\r\n")
     write(docs / "empty.txt", "   \n")
-    explicit = write(tmp_path / "report.docx", "not supported")
+    explicit = write(tmp_path / "report.rtf", "not supported")
 
     real_read_bytes = Path.read_bytes
 
@@ -154,12 +154,12 @@ def test_unreadable_files_are_reported_and_skipped(
         "empty.txt",
         "locked.md",
         "missing.txt",
-        "report.docx",
+        "report.rtf",
     ]
     assert "binary" in reasons["binary.txt"]
     assert "unreadable PDF" in reasons["corrupt.pdf"]
     assert "Permission denied" in reasons["locked.md"]
-    assert "unsupported file type" in reasons["report.docx"]
+    assert "unsupported file type" in reasons["report.rtf"]
     assert reasons["missing.txt"] == "file not found"
     assert reasons["empty.txt"] == "no extractable text"
     assert [Path(p).name for p in report.ignored] == ["picture.png"]
