@@ -108,7 +108,9 @@ def time_to_retrievable(url: str, client: SearchClient, rounds: int = 20) -> flo
         )
     )
     indexes.create_or_update_knowledge_base(
-        KnowledgeBase(name="bench-kb", knowledge_sources=[KnowledgeSourceReference(name="bench-ks")])
+        KnowledgeBase(
+            name="bench-kb", knowledge_sources=[KnowledgeSourceReference(name="bench-ks")]
+        )
     )
     retriever = KnowledgeBaseRetrievalClient(
         url, AzureKeyCredential(KEY), knowledge_base_name="bench-kb"
