@@ -21,6 +21,7 @@ from agentic_retrieval.odata import Expr
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
 from agentic_retrieval.sources.local.loaders import Section
 from agentic_retrieval.sources.local.store import (
+    RECORD_PREFIX,
     ChunkRecord,
     FileState,
     LocalStore,
@@ -28,8 +29,6 @@ from agentic_retrieval.sources.local.store import (
     json_default,
 )
 
-RECORD_PREFIX = "record:"
-"""Path (and slug) prefix of the store rows holding keyed units rather than files."""
 CHUNK_SEPARATOR = "#"
 """Between a unit's key and its chunk number in chunk ids (file chunk ids never hold it)."""
 _SEARCH_DEPTH_ROUNDS = 4
