@@ -91,7 +91,8 @@ class KnowledgeBase:
     @property
     def sources(self) -> Mapping[str, KnowledgeSource]:
         """The knowledge sources by name."""
-        return self.bindings.sources
+        sources: Mapping[str, KnowledgeSource] = self.bindings.sources
+        return sources
 
     # --- request preparation ----------------------------------------------------------------
 

@@ -67,7 +67,7 @@ def _copy_outcome(task: asyncio.Task[T], result: concurrent.futures.Future[T]) -
     if task.cancelled():
         result.cancel()
     elif task.exception() is not None:
-        result.set_exception(task.exception())  # type: ignore[arg-type]
+        result.set_exception(task.exception())
     else:
         result.set_result(task.result())
 

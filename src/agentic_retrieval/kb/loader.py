@@ -93,7 +93,10 @@ def sample_corpus_dir() -> Path:
 
 def sample_questions() -> list[dict[str, Any]]:
     """The demo questions: ``id``, ``question``, ``files`` (expected), ``expected`` (text)."""
-    return json.loads((sample_corpus_dir() / "questions.json").read_text(encoding="utf-8"))
+    questions: list[dict[str, Any]] = json.loads(
+        (sample_corpus_dir() / "questions.json").read_text(encoding="utf-8")
+    )
+    return questions
 
 
 def build_sample_kb(

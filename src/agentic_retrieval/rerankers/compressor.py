@@ -77,7 +77,8 @@ class CompressorReranker:
     async def _compress(self, documents: list[Document], query: str) -> Sequence[Document]:
         acompress = getattr(self.compressor, "acompress_documents", None)
         if acompress is not None:
-            return await acompress(documents, query)
+            compressed: Sequence[Document] = await acompress(documents, query)
+            return compressed
         # a sync-only compressor would block the event loop the other searches share
         return await asyncio.to_thread(self.compressor.compress_documents, documents, query)
 

@@ -91,7 +91,9 @@ class ApiError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
-def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict:
+def error_body(
+    code: str, message: str, details: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """``{"error": {"code", "message", "details"}}``."""
     return {"error": {"code": code, "message": message, "details": details or []}}
 

@@ -188,9 +188,12 @@ def validate_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
         if name in RESERVED_METADATA:
             raise ValueError(f"metadata field {name!r} is reserved for the store")
     try:
-        return json.loads(json.dumps(dict(metadata), default=json_default, sort_keys=True))
+        plain: dict[str, Any] = json.loads(
+            json.dumps(dict(metadata), default=json_default, sort_keys=True)
+        )
     except TypeError as exc:
         raise ValueError(str(exc)) from exc
+    return plain
 
 
 def _collect(
