@@ -115,4 +115,5 @@ def paired_comparison(
 
 
 def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(y - x, axis=axis)
+    difference: np.ndarray = np.mean(y - x, axis=axis)
+    return difference
