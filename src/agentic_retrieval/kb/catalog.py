@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 
@@ -30,6 +30,8 @@ from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
 from agentic_retrieval.sources.local.documents import DocumentStore
+
+T = TypeVar("T")
 
 
 class ServiceCatalog:
@@ -71,7 +73,7 @@ class ServiceCatalog:
         """The store of file knowledge source ``name`` (``None`` for other kinds)."""
         return self._cached(("files", name), self._build_file_documents)
 
-    def _cached(self, key: tuple[str, str], build: Callable[[str], Any]) -> Any:
+    def _cached(self, key: tuple[str, str], build: Callable[[str], T]) -> T:
         generation = self.service.generation()
         with self._lock:
             if generation != self._generation:
@@ -80,7 +82,8 @@ class ServiceCatalog:
                 self.service.close_unused_stores()
             if key not in self._cache:
                 self._cache[key] = build(key[1])
-            return self._cache[key]
+            cached: T = self._cache[key]  # the key names the builder, so the type matches
+            return cached
 
     def _build_index_documents(self, name: str) -> IndexDocuments | None:
         stored = self.service.get("index", name)

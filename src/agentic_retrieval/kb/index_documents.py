@@ -16,7 +16,7 @@ metadata that OData filters read.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -334,7 +334,7 @@ def _coerce(spec: IndexField, value: Any, where: str) -> Any:
 
 
 def _coerce_simple(edm_type: str, value: Any, where: str) -> Any:
-    valid = {
+    validators: dict[str, Callable[[Any], bool]] = {
         "Edm.String": lambda v: isinstance(v, str),
         "Edm.Int32": lambda v: _is_int(v, _INT32),
         "Edm.Int64": lambda v: _is_int(v, _INT64),
@@ -342,7 +342,8 @@ def _coerce_simple(edm_type: str, value: Any, where: str) -> Any:
         "Edm.Boolean": lambda v: isinstance(v, bool),
         "Edm.DateTimeOffset": _is_datetime,
         "Edm.GeographyPoint": lambda v: isinstance(v, dict) and v.get("type") == "Point",
-    }[edm_type]
+    }
+    valid = validators[edm_type]
     if value is None or valid(value):
         return value
     raise InvalidRequestError(f"{where}: {value!r} is not a valid {edm_type} value")

@@ -54,7 +54,7 @@ def load_csv(path: Path, data: bytes) -> LoadedDocument:
     try:
         dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
     except csv.Error:
-        dialect = csv.excel  # type: ignore[assignment]
+        dialect = csv.excel
     try:
         rows = list(csv.DictReader(io.StringIO(text), dialect=dialect))
     except csv.Error as exc:
