@@ -213,11 +213,13 @@ def test_cli_indexes_records_with_field_options(tmp_path):
 
 def test_cli_record_mistakes_are_one_line_and_change_nothing(tmp_path):
     kb_dir = tmp_path / "kb"
+    (tmp_path / "folder.jsonl").mkdir()
     base = ["index", "--kb", str(kb_dir), "--source", "s"]
     cases = [
         ([*base, "--records", str(tmp_path / "gone.jsonl")], "no such file"),
         ([*base, "--records", str(write(tmp_path / "r.xml", "x"))], "unknown format '.xml'"),
         (base, "give files or folders to index, or --records FILE"),
+        ([*base, "--records", str(tmp_path / "folder.jsonl")], "not a regular file"),
         ([*base, "--embeddings", "nonsense", str(tmp_path)], "use 'local'"),
         ([*base, "--embeddings", "local", "--no-embeddings", str(tmp_path)], "contradict"),
     ]

@@ -74,4 +74,5 @@ def check_records_file(path: Path) -> None:
             f"(use {', '.join(RECORD_FORMATS)})"
         )
     if not path.is_file():
-        raise UserError(f"--records {path}: no such file")
+        reason = "not a regular file" if path.exists() else "no such file"
+        raise UserError(f"--records {path}: {reason}")

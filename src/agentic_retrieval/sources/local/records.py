@@ -180,7 +180,8 @@ def read_records(
             f"(use {', '.join(RECORD_FORMATS)})"
         )
     if not source.is_file():
-        raise RecordError(f"{source}: no such records file")
+        reason = "not a regular file" if source.exists() else "no such records file"
+        raise RecordError(f"{source}: {reason}")
     try:
         if suffix in (".csv", ".tsv"):
             yield from _parsed(
