@@ -87,3 +87,27 @@ def test_two_workers_share_one_data_directory(tmp_path):
         )
         assert retrieved.status_code == 200
         assert retrieved.json()["references"][0]["docKey"] == "c3-7"
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as listing:
+        return [int(child) for child in listing.read().split()]
+
+
+def test_a_dead_worker_is_replaced(tmp_path):
+    import os
+    import signal
+    import time
+
+    with serve_process(tmp_path / "data", workers=2) as (url, process), fresh(url) as http:
+        workers = children(process.pid)
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            current = children(process.pid)
+            if len(current) == 2 and workers[0] not in current:
+                break
+            time.sleep(0.1)
+        assert len(current) == 2 and workers[0] not in current
+        assert {http.get("/indexes").status_code for _ in range(10)} == {200}

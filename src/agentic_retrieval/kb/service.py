@@ -234,7 +234,7 @@ class ServiceDirectory:
             PreconditionFailedError: A condition does not hold.
         """
         conditions = conditions or Conditions()
-        store_name = f"{kind}-{name}-{secrets.token_hex(4)}.sqlite" if with_store else None
+        new_store = f"{kind}-{name}-{secrets.token_hex(4)}.sqlite" if with_store else None
         created_file = False
         try:
             with self._write() as conn:
@@ -243,25 +243,16 @@ class ServiceDirectory:
                 conditions.check(current, f"{_label(kind)} '{name}'")
                 if check is not None:
                     check(view, current)
-                generation = _bump_generation(conn)
-                now = _now()
-                etag = f"0x{generation:016X}"
-                store = current.store if current is not None else store_name
-                if current is None and store_name is not None:
-                    LocalStore(self.path / STORES_DIR / store_name).close()
+                if current is None and new_store is not None:
+                    # created inside the transaction: a crash leaves an orphan, never a
+                    # definition without its file
+                    LocalStore(self.path / STORES_DIR / new_store).close()
                     created_file = True
-                conn.execute(
-                    "INSERT INTO definitions(kind, name, body, etag, store, created, updated) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(kind, name) DO UPDATE SET "
-                    "body = excluded.body, etag = excluded.etag, updated = excluded.updated",
-                    (kind, name, json.dumps(body), etag, store, now, now),
-                )
-                stored = StoredDefinition(
-                    kind, name, body, etag, store, current.created if current else now, now
-                )
+                store = current.store if current is not None else new_store
+                stored = _upsert(conn, kind, name, body, store, current)
         except BaseException:
-            if created_file and store_name is not None:
-                _unlink_store(self.path / STORES_DIR / store_name)
+            if created_file and new_store is not None:
+                _unlink_store(self.path / STORES_DIR / new_store)
             raise
         return stored, current is None
 
@@ -466,6 +457,26 @@ class RunRecorder:
 
 def _definition(row: tuple[Any, ...]) -> StoredDefinition:
     return StoredDefinition(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6])
+
+
+def _upsert(
+    conn: sqlite3.Connection,
+    kind: DefinitionKind,
+    name: str,
+    body: dict[str, Any],
+    store: str | None,
+    current: StoredDefinition | None,
+) -> StoredDefinition:
+    etag = f"0x{_bump_generation(conn):016X}"
+    now = _now()
+    conn.execute(
+        "INSERT INTO definitions(kind, name, body, etag, store, created, updated) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(kind, name) DO UPDATE SET "
+        "body = excluded.body, etag = excluded.etag, updated = excluded.updated",
+        (kind, name, json.dumps(body), etag, store, now, now),
+    )
+    created = current.created if current is not None else now
+    return StoredDefinition(kind, name, body, etag, store, created, now)
 
 
 def _bump_generation(conn: sqlite3.Connection) -> int:

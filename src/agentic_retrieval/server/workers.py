@@ -54,44 +54,58 @@ def run_workers(
     """
     if workers < 1:
         raise ValueError("workers must be at least 1")
-    context = multiprocessing.get_context("fork")
-    stopping = False
+    supervisor = _Supervisor(build_app, sock, log_level)
 
-    def start() -> BaseProcess:
-        process = context.Process(
-            target=_serve_one, args=(build_app, sock, log_level), daemon=False
-        )
+    def stop(signum: int, frame: Any) -> None:
+        supervisor.stopping = True
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        supervisor.run(workers)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class _Supervisor:
+    """Starts the workers, replaces dead ones, stops them all."""
+
+    def __init__(self, build_app: AppFactory, sock: socket.socket, log_level: str) -> None:
+        self.context = multiprocessing.get_context("fork")
+        self.args = (build_app, sock, log_level)
+        self.stopping = False
+        self.restarts: list[float] = []
+
+    def run(self, workers: int) -> None:
+        processes = [self._start() for _ in range(workers)]
+        try:
+            while not self.stopping:
+                time.sleep(0.2)
+                self._replace_dead(processes)
+        finally:
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
+            for process in processes:
+                process.join(30)
+
+    def _start(self) -> BaseProcess:
+        process = self.context.Process(target=_serve_one, args=self.args, daemon=False)
         process.start()
         return process
 
-    def stop(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    processes = [start() for _ in range(workers)]
-    restarts: list[float] = []
-    try:
-        while not stopping:
-            time.sleep(0.2)
-            for n, process in enumerate(processes):
-                if process.is_alive() or stopping:
-                    continue
-                restarts = [t for t in restarts if time.monotonic() - t < 60] + [time.monotonic()]
-                if len(restarts) > MAX_RESTARTS_PER_MINUTE:
-                    logger.error("workers keep dying (exit code %s); stopping", process.exitcode)
-                    stopping = True
-                    break
-                logger.warning("worker %d exited with %s; starting another", n, process.exitcode)
-                processes[n] = start()
-    finally:
-        for process in processes:
-            if process.is_alive() and process.pid is not None:
-                process.terminate()
-        for process in processes:
-            process.join(30)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    def _replace_dead(self, processes: list[BaseProcess]) -> None:
+        for n, process in enumerate(processes):
+            if process.is_alive() or self.stopping:
+                continue
+            now = time.monotonic()
+            self.restarts = [t for t in self.restarts if now - t < 60] + [now]
+            if len(self.restarts) > MAX_RESTARTS_PER_MINUTE:
+                logger.error("workers keep dying (exit code %s); stopping", process.exitcode)
+                self.stopping = True
+                return
+            logger.warning("worker %d exited with %s; starting another", n, process.exitcode)
+            processes[n] = self._start()
 
 
 def _serve_one(build_app: AppFactory, sock: socket.socket, log_level: str) -> None:
