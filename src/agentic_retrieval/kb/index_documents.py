@@ -122,8 +122,9 @@ class IndexDocuments:
         return [self._validate_action(n, action) for n, action in enumerate(actions)]
 
     def apply(self, batch: Sequence[tuple[str, dict[str, Any]]]) -> list[IndexingResult]:
-        """Apply a validated batch, one document at a time, in order."""
-        return [self._apply_one(action, document) for action, document in batch]
+        """Apply a validated batch in order, each document all-or-nothing, in one commit."""
+        with self.documents.store.transaction():
+            return [self._apply_one(action, document) for action, document in batch]
 
     def _validate_action(self, position: int, raw: Any) -> tuple[str, dict[str, Any]]:
         where = f"value[{position}]"
