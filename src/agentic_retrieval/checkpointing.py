@@ -22,6 +22,7 @@ from agentic_retrieval.state import (
     SearchTask,
     Subquery,
 )
+from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 STATE_TYPES = (
     Subquery,
@@ -32,6 +33,7 @@ STATE_TYPES = (
     KeyPoint,
     Evidence,
     ActivityEntry,
+    KnowledgeSourceParams,
 )
 """Every non-builtin type the graph writes into its state (and its Send payloads)."""
 

@@ -1,5 +1,18 @@
 """The graph state: what a caller passes in, what comes out, and the scratch in between.
 
+The schemas are dataclasses, so every field has its default on the schema and nodes read
+``state.ranked`` rather than restating defaults. Each field declares its *scope* in its
+metadata, and the scopes decide what a turn on a checkpointed thread (``thread_id``) keeps:
+
+- ``conversation`` (``messages``): accumulates across turns.
+- ``turn``: a per-request input (``intents``, ``knowledge_source_params``). Its channel is a
+  LangGraph ``UntrackedValue``: it lasts for the run that received it and is never written
+  to a checkpoint, so a later turn that does not send it does not inherit it. The first node
+  records what later nodes need from it in ``run`` fields.
+- ``run``: written by the nodes. The first node of every turn resets all of them to their
+  defaults (:func:`run_reset`, derived from this schema), so no hit, flag or time limit of
+  one turn leaks into the next.
+
 Everything here is serialisable (pydantic models, dicts, strings), so checkpointers and
 LangGraph Studio work; live clients never enter the state. Channels that parallel search
 branches write to have reducers.
@@ -8,13 +21,38 @@ branches write to have reducers.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 from langchain_core.messages import AnyMessage
+from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
+from langgraph.types import Overwrite
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentic_retrieval.sources.base import Hit
+from agentic_retrieval.wire.models import KnowledgeSourceParams
+
+T = TypeVar("T")
+
+TurnInput = Annotated[T, UntrackedValue]
+"""A per-request input: kept for the run that received it, never checkpointed."""
+
+
+class Scope(StrEnum):
+    """How long a state field lives on a checkpointed thread."""
+
+    CONVERSATION = "conversation"
+    """Kept and accumulated across turns."""
+    TURN = "turn"
+    """Sent by the caller for one turn; never checkpointed (a ``TurnInput`` channel)."""
+    RUN = "run"
+    """Written by the nodes; reset to its default when a turn starts."""
+
+
+def _meta(scope: Scope, description: str) -> dict[str, Any]:
+    return {"scope": scope, "description": description}
 
 
 class Subquery(BaseModel):
@@ -112,60 +150,203 @@ def merge_hits(left: list[RetrievedHit], right: list[RetrievedHit]) -> list[Retr
     return merged
 
 
-class InputState(TypedDict, total=False):
+@dataclass(kw_only=True)
+class InputState:
     """What a caller passes: the conversation and/or explicit intents, per-source overrides."""
 
-    messages: Annotated[list[AnyMessage], add_messages]
-    """The conversation; the last user message is the question."""
-    intents: list[str]
-    """Search strings to run as-is (no planning): the retrieve API's ``intents[].search``."""
-    knowledge_source_params: list[dict[str, Any]]
-    """Per-source overrides, wire shape (``knowledgeSourceName``, ``filterAddOn``,
-    ``includeReferences``, ``includeReferenceSourceData``, ``alwaysQuerySource``,
-    ``rerankerThreshold``)."""
+    messages: Annotated[list[AnyMessage], add_messages] = field(
+        default_factory=list,
+        metadata=_meta(
+            Scope.CONVERSATION, "The conversation; the last user message is the question."
+        ),
+    )
+    intents: TurnInput[list[str]] = field(
+        default_factory=list,
+        metadata=_meta(
+            Scope.TURN,
+            "Search strings to run as-is (no planning): the retrieve API's intents[].search.",
+        ),
+    )
+    knowledge_source_params: TurnInput[list[dict[str, Any]]] = field(
+        default_factory=list,
+        metadata=_meta(
+            Scope.TURN,
+            "Per-source overrides, wire shape (knowledgeSourceName, filterAddOn, "
+            "includeReferences, includeReferenceSourceData, alwaysQuerySource, "
+            "rerankerThreshold).",
+        ),
+    )
 
 
-class OutputState(TypedDict, total=False):
+@dataclass(kw_only=True)
+class OutputState:
     """What a caller gets back."""
 
-    messages: Annotated[list[AnyMessage], add_messages]
-    """The conversation with the assistant's reply (grounding string or answer) appended."""
-    response: str
-    """The grounding JSON string (extractiveData) or the Markdown answer (answerSynthesis)."""
-    references: list[dict[str, Any]]
-    """Wire references: ``type``, ``id`` (ref_id), ``activitySource``, ``docKey``,
-    ``rerankerScore``, ``sourceData``."""
-    activity: list[dict[str, Any]]
-    """Wire activity records in start order, ids 0..n."""
-    passage_count: int
-    """Passages the response is built on (0 with a timeout means nothing was ready: 408)."""
-    partial: Annotated[bool, operator.or_]
-    """True when a knowledge source failed (HTTP 206)."""
-    timed_out: Annotated[bool, operator.or_]
-    """True when the run hit ``max_runtime_seconds``."""
+    messages: Annotated[list[AnyMessage], add_messages] = field(
+        default_factory=list,
+        metadata=_meta(
+            Scope.CONVERSATION,
+            "The conversation with the assistant's reply (grounding string or answer) appended.",
+        ),
+    )
+    response: str = field(
+        default="",
+        metadata=_meta(
+            Scope.RUN,
+            "The grounding JSON string (extractiveData) or the Markdown answer (answerSynthesis).",
+        ),
+    )
+    references: list[dict[str, Any]] = field(
+        default_factory=list,
+        metadata=_meta(
+            Scope.RUN,
+            "Wire references: type, id (ref_id), activitySource, docKey, rerankerScore, "
+            "sourceData.",
+        ),
+    )
+    activity: list[dict[str, Any]] = field(
+        default_factory=list,
+        metadata=_meta(Scope.RUN, "Wire activity records in start order, ids 0..n."),
+    )
+    passage_count: int = field(
+        default=0,
+        metadata=_meta(
+            Scope.RUN,
+            "Passages the response is built on (0 with a timeout means nothing was ready: 408).",
+        ),
+    )
+    partial: Annotated[bool, operator.or_] = field(
+        default=False,
+        metadata=_meta(Scope.RUN, "True when a knowledge source failed (HTTP 206)."),
+    )
+    timed_out: Annotated[bool, operator.or_] = field(
+        default=False,
+        metadata=_meta(Scope.RUN, "True when the run hit max_runtime_seconds."),
+    )
 
 
-class RetrievalState(InputState, OutputState, total=False):
+@dataclass(kw_only=True)
+class RetrievalState(InputState, OutputState):
     """The internal state: input, output and the scratch the nodes share."""
 
-    started_at: float
-    """``time.time()`` when the run started; with ``max_runtime_seconds`` gives the deadline."""
-    needs_retrieval: bool
-    assistant_message: str
-    """The planner's reply when no retrieval is needed."""
-    planned: list[Subquery]
-    """Subqueries proposed for the next retrieval round (before source resolution)."""
-    subqueries: Annotated[list[Subquery], operator.add]
-    """Every subquery sent, all rounds."""
-    hits: Annotated[list[RetrievedHit], merge_hits]
-    """Everything retrieved, all rounds."""
-    ranked: list[RankedHit]
-    """The current reranked selection, best first."""
-    evidence: Evidence | None
-    grounded_ref_ids: list[int]
-    """ref_ids of the passages the response is built on (the references returned)."""
-    iteration: int
-    """Follow-up rounds run so far."""
-    round_to_search: int | None
-    """The round whose subqueries the next fan-out searches; ``None`` when none is due."""
-    activity_log: Annotated[list[ActivityEntry], operator.add]
+    started_at: float | None = field(
+        default=None,
+        metadata=_meta(
+            Scope.RUN,
+            "time.time() when the run started; with max_runtime_seconds gives the deadline.",
+        ),
+    )
+    question: str = field(
+        default="",
+        metadata=_meta(
+            Scope.RUN,
+            "The question this turn asks: the last user message, else the intents joined.",
+        ),
+    )
+    source_params: dict[str, KnowledgeSourceParams] = field(
+        default_factory=dict,
+        metadata=_meta(Scope.RUN, "This turn's knowledge_source_params, by source name."),
+    )
+    needs_retrieval: bool = field(
+        default=True,
+        metadata=_meta(Scope.RUN, "False when the planner answers without retrieving."),
+    )
+    assistant_message: str = field(
+        default="",
+        metadata=_meta(Scope.RUN, "The planner's reply when no retrieval is needed."),
+    )
+    planned: list[Subquery] = field(
+        default_factory=list,
+        metadata=_meta(
+            Scope.RUN,
+            "Subqueries proposed for the first retrieval round (before source resolution).",
+        ),
+    )
+    subqueries: Annotated[list[Subquery], operator.add] = field(
+        default_factory=list,
+        metadata=_meta(Scope.RUN, "Every subquery sent, all rounds."),
+    )
+    hits: Annotated[list[RetrievedHit], merge_hits] = field(
+        default_factory=list,
+        metadata=_meta(Scope.RUN, "Everything retrieved, all rounds."),
+    )
+    ranked: list[RankedHit] = field(
+        default_factory=list,
+        metadata=_meta(Scope.RUN, "The current reranked selection, best first."),
+    )
+    evidence: Evidence | None = field(
+        default=None,
+        metadata=_meta(Scope.RUN, "The latest evidence assessment (medium effort)."),
+    )
+    grounded_ref_ids: list[int] = field(
+        default_factory=list,
+        metadata=_meta(
+            Scope.RUN,
+            "ref_ids of the passages the response is built on (the references returned).",
+        ),
+    )
+    iteration: int = field(
+        default=0,
+        metadata=_meta(Scope.RUN, "Follow-up rounds run so far."),
+    )
+    round_to_search: int | None = field(
+        default=None,
+        metadata=_meta(
+            Scope.RUN,
+            "The round whose subqueries the next fan-out searches; None when none is due.",
+        ),
+    )
+    activity_log: Annotated[list[ActivityEntry], operator.add] = field(
+        default_factory=list,
+        metadata=_meta(Scope.RUN, "Activity entries of every step, in completion order."),
+    )
+
+
+def scope_of(name: str) -> Scope:
+    """The declared scope of the state field ``name``.
+
+    Raises:
+        KeyError: ``name`` is not a field of :class:`RetrievalState`.
+    """
+    return _SCOPES[name]
+
+
+def run_reset() -> dict[str, Any]:
+    """The update that resets every ``run`` field to its schema default.
+
+    Reduced channels get :class:`~langgraph.types.Overwrite`, so their reducer does not
+    append the default to the previous turn's value.
+    """
+    return {
+        name: (Overwrite(factory()) if reduced else factory())
+        for name, factory, reduced in _RUN_DEFAULTS
+    }
+
+
+def _default_factory(spec: Any) -> Any:
+    if spec.default_factory is not MISSING:
+        return spec.default_factory
+    value = spec.default
+    return lambda: value
+
+
+def _is_reduced(annotation: Any) -> bool:
+    """Whether an ``Annotated`` state type carries a reducer (a function, not a channel)."""
+    metadata = getattr(annotation, "__metadata__", ())
+    return any(callable(m) and not isinstance(m, type) for m in metadata)
+
+
+def _declared_scope(spec: Any) -> Scope:
+    scope = spec.metadata.get("scope")
+    if not isinstance(scope, Scope):
+        raise TypeError(f"state field {spec.name!r} must declare its Scope in its metadata")
+    return scope
+
+
+_HINTS = get_type_hints(RetrievalState, include_extras=True)
+_SCOPES: dict[str, Scope] = {f.name: _declared_scope(f) for f in fields(RetrievalState)}
+_RUN_DEFAULTS = [
+    (f.name, _default_factory(f), _is_reduced(_HINTS[f.name]))
+    for f in fields(RetrievalState)
+    if _SCOPES[f.name] is Scope.RUN
+]

@@ -126,6 +126,41 @@ async def test_a_run_through_langgraph_sdk_returns_references(dev_server):
     assert output["activity"][0]["knowledgeSourceKind"] == "local"
 
 
+async def test_a_second_turn_on_a_thread_does_not_inherit_the_first_turns_inputs(dev_server):
+    """Issue 9 §1 through the server: a thread keeps the conversation, not the request."""
+    from langgraph_sdk import get_client
+
+    client = get_client(url=dev_server)
+    thread = await client.threads.create()
+    minimal = {"reasoning_effort": "minimal"}
+    first = await client.runs.wait(
+        thread["thread_id"],
+        "agentic_retrieval",
+        input={
+            "intents": ["park and ride price"],
+            "knowledge_source_params": [
+                {"knowledgeSourceName": "guides", "filterAddOn": "file_name eq 'parking.md'"}
+            ],
+        },
+        context=minimal,
+    )
+    assert [r["docKey"] for r in first["references"]] == ["docs-parking-md-0"]
+    second = await client.runs.wait(
+        thread["thread_id"],
+        "agentic_retrieval",
+        input={"messages": [{"role": "user", "content": "When does the Gull Island ferry leave?"}]},
+        context=minimal,
+    )
+    arguments = second["activity"][0]["searchIndexArguments"]
+    assert arguments["search"] == "When does the Gull Island ferry leave?"
+    assert arguments["filter"] is None
+    assert second["references"][0]["docKey"] == "docs-ferries-md-0"
+    state = await client.threads.get_state(thread["thread_id"])
+    assert [m["type"] for m in state["values"]["messages"]] == ["ai", "human", "ai"]
+    assert "intents" not in state["values"]
+    assert "knowledge_source_params" not in state["values"]
+
+
 async def test_the_graph_schema_exposes_the_context(dev_server):
     from langgraph_sdk import get_client
 

@@ -8,22 +8,22 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.nodes._shared import build_tasks, source_params
+from agentic_retrieval.nodes._shared import build_tasks
 from agentic_retrieval.state import RetrievalState
 
 
 def after_route_intent(state: RetrievalState) -> Literal["plan_queries", "respond"]:
     """Retrieve, or reply directly when the planner found no need to."""
-    return "plan_queries" if state.get("needs_retrieval", True) else "respond"
+    return "plan_queries" if state.needs_retrieval else "respond"
 
 
 def _searches(state: RetrievalState, runtime: Runtime[Context]) -> list[Send]:
-    round_no = state.get("round_to_search")
-    if round_no is None:
+    round_no = state.round_to_search
+    if round_no is None or state.started_at is None:
         return []
     context = current_context(runtime)
-    subqueries = [s for s in state.get("subqueries") or [] if s.round == round_no]
-    tasks = build_tasks(subqueries, source_params(state), context, state["started_at"])
+    subqueries = [s for s in state.subqueries if s.round == round_no]
+    tasks = build_tasks(subqueries, state.source_params, context, state.started_at)
     return [Send("search", task) for task in tasks]
 
 
@@ -39,7 +39,7 @@ def after_rerank(
 ) -> Literal["assess_evidence", "synthesize"]:
     """Medium effort judges the evidence; minimal and low go straight to the output."""
     context = current_context(runtime)
-    medium = context.reasoning_effort == "medium" and not state.get("intents")
+    medium = context.reasoning_effort == "medium" and not state.intents
     return "assess_evidence" if medium else "synthesize"
 
 
@@ -52,6 +52,6 @@ def after_assess_evidence(
     schedules a round while ``iteration < max_iterations``; this function dispatches it.
     """
     context = current_context(runtime)
-    if (state.get("iteration") or 0) > context.max_iterations:
+    if state.iteration > context.max_iterations:
         return "synthesize"
     return _searches(state, runtime) or "synthesize"

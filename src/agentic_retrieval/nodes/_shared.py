@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.odata import and_filters
-from agentic_retrieval.state import RetrievalState, SearchTask, Subquery
+from agentic_retrieval.state import SearchTask, Subquery
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 MAX_TRANSCRIPT_CHARS = 12_000
@@ -68,16 +68,16 @@ def remaining_seconds(started_at: float | None, context: Context) -> float:
 NodeFn = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
 
 
-def source_params(state: RetrievalState) -> dict[str, KnowledgeSourceParams]:
-    """The caller's per-source overrides, by source name."""
+def parse_source_params(raw: Sequence[Any]) -> dict[str, KnowledgeSourceParams]:
+    """The caller's per-source overrides (wire-shaped dicts or models), by source name."""
     params = {}
-    for raw in state.get("knowledge_source_params") or []:
-        item = (
-            raw
-            if isinstance(raw, KnowledgeSourceParams)
-            else (KnowledgeSourceParams.model_validate(raw))
+    for item in raw:
+        parsed = (
+            item
+            if isinstance(item, KnowledgeSourceParams)
+            else KnowledgeSourceParams.model_validate(item)
         )
-        params[item.knowledge_source_name] = item
+        params[parsed.knowledge_source_name] = parsed
     return params
 
 

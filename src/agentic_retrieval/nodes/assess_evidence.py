@@ -23,10 +23,8 @@ from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.nodes._shared import (
     NodeFn,
     allowed_sources,
-    last_user_text,
     remaining_seconds,
     resolve_subqueries,
-    source_params,
     today,
 )
 from agentic_retrieval.state import Evidence, KeyPoint, RetrievalState, Subquery
@@ -45,10 +43,10 @@ def make_assess_evidence(bindings: Bindings) -> NodeFn:
     ) -> dict[str, Any]:
         """Judge the evidence; plan a follow-up round when it falls short."""
         context = current_context(runtime)
-        left = remaining_seconds(state.get("started_at"), context)
+        left = remaining_seconds(state.started_at, context)
         if left <= 0:
             return {"round_to_search": None, "timed_out": True}
-        runtime.stream_writer({"event": "assessing", "passages": len(state.get("ranked") or [])})
+        runtime.stream_writer({"event": "assessing", "passages": len(state.ranked)})
         result, entry = await _assess(bindings, state, context, config, left)
         evidence = _to_evidence(result)
         update: dict[str, Any] = {
@@ -56,7 +54,7 @@ def make_assess_evidence(bindings: Bindings) -> NodeFn:
             "activity_log": [entry],
             "round_to_search": None,
         }
-        iteration = state.get("iteration") or 0
+        iteration = state.iteration
         if evidence.is_sufficient or iteration >= context.max_iterations:
             return update
         followups = _followups(bindings, state, context, evidence, iteration + 1)
@@ -78,26 +76,25 @@ async def _assess(
     left: float,
 ) -> tuple[EvidenceAssessment | None, Any]:
     model = bindings.models.resolve("evidence", context)
-    previous = "; ".join(s.text for s in state.get("subqueries") or []) or "none"
+    previous = "; ".join(s.text for s in state.subqueries) or "none"
     prompt = context.evidence_prompt.format(
         today=today(), max_subqueries=context.max_subqueries, previous_queries=previous
     )
-    passages, _ = format_passages(state.get("ranked") or [], EVIDENCE_PASSAGE_CHARS)
-    question = last_user_text(state.get("messages") or []) or "; ".join(state.get("intents") or [])
+    passages, _ = format_passages(state.ranked, EVIDENCE_PASSAGE_CHARS)
     wall, clock = time.time(), time.perf_counter()
     result = await structured_call(
         model,
         EvidenceAssessment,
         [
             SystemMessage(prompt),
-            HumanMessage(f"Question: {question}\n\nPassages:\n{passages or '(none found)'}"),
+            HumanMessage(f"Question: {state.question}\n\nPassages:\n{passages or '(none found)'}"),
         ],
         config=config,
         timeout=left,
     )
     value = result.value
     entry = model_entry(
-        f"evidence:{state.get('iteration') or 0}",
+        f"evidence:{state.iteration}",
         "modelEvidenceAssessment",
         started_wall=wall,
         started=clock,
@@ -127,12 +124,12 @@ def _followups(
     bindings: Bindings, state: RetrievalState, context: Context, evidence: Evidence, round_no: int
 ) -> list[Subquery]:
     """The next round's subqueries: new texts only, over the sources the first round used."""
-    params = source_params(state)
+    params = state.source_params
     allowed = allowed_sources(bindings, context, params)
-    used = {s for q in state.get("subqueries") or [] for s in q.sources}
+    used = {s for q in state.subqueries for s in q.sources}
     sources = tuple(n for n in allowed if n in used) or tuple(allowed)
     always = [n for n in allowed if n in params and params[n].always_query_source]
-    asked = {" ".join(q.text.casefold().split()) for q in state.get("subqueries") or []}
+    asked = {" ".join(q.text.casefold().split()) for q in state.subqueries}
     fresh = [
         Subquery(id=f"q{round_no}.{i}", text=text.strip(), sources=sources, round=round_no)
         for i, text in enumerate(evidence.followup_queries)

@@ -14,12 +14,7 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import (
-    NodeFn,
-    allowed_sources,
-    resolve_subqueries,
-    source_params,
-)
+from agentic_retrieval.nodes._shared import NodeFn, allowed_sources, resolve_subqueries
 from agentic_retrieval.state import RetrievalState
 
 
@@ -29,12 +24,12 @@ def make_plan_queries(bindings: Bindings) -> NodeFn:
     async def plan_queries(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Resolve sources and limits for the planned subqueries of this round."""
         context = current_context(runtime)
-        params = source_params(state)
+        params = state.source_params
         allowed = allowed_sources(bindings, context, params)
         always = [n for n in allowed if params.get(n) and params[n].always_query_source]
         # explicit intents are the caller's own plan: run them all
-        limit = len(state.get("intents") or []) or context.max_subqueries
-        resolved = resolve_subqueries(state.get("planned") or [], allowed, always, limit)
+        limit = len(state.intents) or context.max_subqueries
+        resolved = resolve_subqueries(state.planned, allowed, always, limit)
         runtime.stream_writer(
             {
                 "event": "searching",

@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, source_params
+from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds
 from agentic_retrieval.rerankers.base import Reranker, UsageReportingReranker, clamp_score
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState, RetrievedHit
@@ -41,10 +41,10 @@ def make_rerank(bindings: Bindings) -> NodeFn:
         """Rank all candidates retrieved so far."""
         context = current_context(runtime)
         wall, clock = time.time(), time.perf_counter()
-        candidates, queries = unique_candidates(state.get("hits") or [])
+        candidates, queries = unique_candidates(state.hits)
         candidates = candidates[: context.max_docs_for_reranker]
         runtime.stream_writer({"event": "reranking", "candidates": len(candidates)})
-        left = remaining_seconds(state.get("started_at"), context)
+        left = remaining_seconds(state.started_at, context)
         timed_out = False
         try:
             scores, error, usage = await asyncio.wait_for(
@@ -59,7 +59,7 @@ def make_rerank(bindings: Bindings) -> NodeFn:
                 f"reranker {bindings.reranker.name} ran out of time; "
                 "candidates were ranked by lexical coverage instead",
             )
-        selection = select(candidates, scores, source_params(state), context)
+        selection = select(candidates, scores, state.source_params, context)
         record: dict[str, Any] = {
             "type": "semanticReranker",
             "reranker": bindings.reranker.name,
@@ -70,8 +70,7 @@ def make_rerank(bindings: Bindings) -> NodeFn:
         }
         if error:
             record["error"] = error
-        round_no = state.get("iteration") or 0
-        entry = ActivityEntry(key=f"rerank:{round_no}", started=wall, record=record)
+        entry = ActivityEntry(key=f"rerank:{state.iteration}", started=wall, record=record)
         update: dict[str, Any] = {"ranked": selection, "activity_log": [entry]}
         if timed_out:
             update["timed_out"] = True

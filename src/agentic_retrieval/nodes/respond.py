@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, source_params
+from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds
 from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState
 from agentic_retrieval.wire.activity import error_detail, finalize, total_usage, wire_kind
 from agentic_retrieval.wire.models import KnowledgeSourceParams
@@ -27,23 +27,21 @@ def make_respond(bindings: Bindings) -> NodeFn:
     async def respond(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Build the output state."""
         context = current_context(runtime)
-        entries = list(state.get("activity_log") or [])
-        timed_out = bool(state.get("timed_out")) or (
-            remaining_seconds(state.get("started_at"), context) < 0
-        )
+        entries = list(state.activity_log)
+        timed_out = state.timed_out or remaining_seconds(state.started_at, context) < 0
         entries += _summary_entries(state, context, timed_out)
         records, ids = finalize(entries)
-        grounded = set(state.get("grounded_ref_ids") or [])
-        if not state.get("needs_retrieval", True):
-            reply = state.get("assistant_message") or ""
+        grounded = set(state.grounded_ref_ids)
+        if not state.needs_retrieval:
+            reply = state.assistant_message
             # extractiveData callers parse the response as a JSON array: keep it one (the
             # reply is in the planning record and in messages)
             text = reply if context.output_mode == "answerSynthesis" else "[]"
             references: list[dict[str, Any]] = []
         else:
-            reply = text = state.get("response") or "[]"
-            ranked = [h for h in state.get("ranked") or [] if h.ref_id in grounded]
-            references = _references(bindings, ranked, ids, source_params(state))
+            reply = text = state.response or "[]"
+            ranked = [h for h in state.ranked if h.ref_id in grounded]
+            references = _references(bindings, ranked, ids, state.source_params)
         runtime.stream_writer({"event": "done", "references": len(references)})
         return {
             "response": text,
@@ -62,9 +60,8 @@ def _summary_entries(
 ) -> list[ActivityEntry]:
     now = time.time()
     entries = []
-    logged = state.get("activity_log") or []
-    if context.reasoning_effort != "minimal" and not state.get("intents"):
-        usage = total_usage(logged)
+    if context.reasoning_effort != "minimal" and not state.intents:
+        usage = total_usage(state.activity_log)
         entries.append(
             ActivityEntry(
                 key="reasoning",
@@ -75,7 +72,7 @@ def _summary_entries(
                     "reasoningTokens": usage.reasoning_tokens,
                     "inputTokens": usage.input_tokens,
                     "outputTokens": usage.output_tokens,
-                    "iterations": state.get("iteration") or 0,
+                    "iterations": state.iteration,
                 },
             )
         )

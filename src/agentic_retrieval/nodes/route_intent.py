@@ -23,13 +23,14 @@ from agentic_retrieval.llm.schemas import QueryPlan
 from agentic_retrieval.nodes._shared import (
     NodeFn,
     last_user_text,
+    parse_source_params,
     remaining_seconds,
     today,
     transcript,
 )
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.sources.base import FilterableKnowledgeSource
-from agentic_retrieval.state import RetrievalState, Subquery
+from agentic_retrieval.state import RetrievalState, Subquery, run_reset
 from agentic_retrieval.wire.activity import error_detail, model_entry
 
 
@@ -39,53 +40,40 @@ def make_route_intent(bindings: Bindings) -> NodeFn:
     async def route_intent(
         state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
-        """Route the request and plan the first retrieval round."""
+        """Start the turn, route the request and plan the first retrieval round."""
         context = current_context(runtime)
-        intents = [i for i in state.get("intents") or [] if i and i.strip()]
-        messages = state.get("messages") or []
-        question = last_user_text(messages)
-        base = fresh_run_state()
+        turn = begin_turn(state)
+        intents = [i.strip() for i in state.intents if i and i.strip()]
         if intents or context.reasoning_effort == "minimal":
-            texts = intents or ([question] if question else [])
+            texts = intents or ([turn["question"]] if turn["question"] else [])
             if not texts:
                 raise ValueError("nothing to retrieve: pass 'messages' or 'intents'")
-            planned = [Subquery(id=f"q0.{i}", text=t.strip()) for i, t in enumerate(texts)]
-            return {**base, "needs_retrieval": True, "planned": planned}
+            planned = [Subquery(id=f"q0.{i}", text=t) for i, t in enumerate(texts)]
+            return {**turn, "planned": planned}
+        question = turn["question"]
         if not question:
             raise ValueError("nothing to retrieve: 'messages' holds no text")
         runtime.stream_writer({"event": "planning", "question": question})
-        update = await _plan(bindings, state, context, config, question, base["started_at"])
-        return {**base, **update, "activity_log": Overwrite(update["activity_log"])}
+        update = await _plan(bindings, state, context, config, question, turn["started_at"])
+        return {**turn, **update, "activity_log": Overwrite(update["activity_log"])}
 
     return route_intent
 
 
-def fresh_run_state() -> dict[str, Any]:
-    """Reset every per-run channel, so a thread with a checkpointer starts each turn clean.
+def begin_turn(state: RetrievalState) -> dict[str, Any]:
+    """Reset every run field (see :mod:`agentic_retrieval.state`) and record this turn.
 
-    Without it, a second turn on the same thread would rerank the first turn's hits (which
-    may have been retrieved without this turn's security filter), re-run its subqueries,
-    inherit its partial/timed-out flags and measure its time limit from the first turn.
+    A second turn on a checkpointed thread must not rerank the first turn's hits (which may
+    have been retrieved under another security filter), re-run its subqueries, inherit its
+    partial/timed-out flags or measure its time limit from the first turn; the turn's own
+    inputs are recorded here, once, for the nodes that follow.
     """
+    intents = [i.strip() for i in state.intents if i and i.strip()]
     return {
+        **run_reset(),
         "started_at": time.time(),
-        "iteration": 0,
-        "round_to_search": None,
-        "needs_retrieval": True,
-        "assistant_message": "",
-        "planned": [],
-        "subqueries": Overwrite([]),
-        "hits": Overwrite([]),
-        "ranked": [],
-        "evidence": None,
-        "grounded_ref_ids": [],
-        "activity_log": Overwrite([]),
-        "response": "",
-        "references": [],
-        "activity": [],
-        "passage_count": 0,
-        "partial": Overwrite(False),
-        "timed_out": Overwrite(False),
+        "question": last_user_text(state.messages) or "; ".join(intents),
+        "source_params": parse_source_params(state.knowledge_source_params),
     }
 
 
@@ -107,7 +95,7 @@ async def _plan(
     result = await structured_call(
         model,
         QueryPlan,
-        [SystemMessage(prompt), HumanMessage(transcript(state.get("messages") or []))],
+        [SystemMessage(prompt), HumanMessage(transcript(state.messages))],
         config=config,
         timeout=remaining_seconds(started_at, context),
     )

@@ -22,13 +22,7 @@ from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import SynthesizedAnswer
-from agentic_retrieval.nodes._shared import (
-    NodeFn,
-    last_user_text,
-    remaining_seconds,
-    source_params,
-    today,
-)
+from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, today
 from agentic_retrieval.state import RankedHit, RetrievalState
 from agentic_retrieval.wire.activity import model_entry
 from agentic_retrieval.wire.citations import validate_citations
@@ -43,21 +37,19 @@ def make_synthesize(bindings: Bindings) -> NodeFn:
     ) -> dict[str, Any]:
         """Produce the grounding string or the cited answer."""
         context = current_context(runtime)
-        ranked = state.get("ranked") or []
+        ranked = state.ranked
         text, kept = grounding_string(ranked, context.max_output_size, context.max_output_tokens)
         extractive = {"response": text, "grounded_ref_ids": [h.ref_id for h in kept]}
         if context.output_mode == "extractiveData":
             return extractive
-        question = last_user_text(state.get("messages") or []) or "; ".join(
-            state.get("intents") or []
-        )
+        question = state.question
         if not ranked:
             topic = f": {question}" if question else ""
             return {
                 "response": prompts.NO_EVIDENCE_ANSWER.format(topic=topic),
                 "grounded_ref_ids": [],
             }
-        left = remaining_seconds(state.get("started_at"), context)
+        left = remaining_seconds(state.started_at, context)
         if left <= 0:
             return {**extractive, "timed_out": True}
         runtime.stream_writer({"event": "answering", "passages": len(ranked)})
@@ -79,14 +71,14 @@ async def _answer(
     model = bindings.models.resolve("answer", context)
     passages, shown_ids = format_passages(ranked, context.max_output_size)
     shown = [h for h in ranked if h.ref_id in shown_ids]
-    params = source_params(state)
+    params = state.source_params
     # only passages that will be in the references may be cited
     citable = {
         h.ref_id
         for h in shown
         if h.source not in params or params[h.source].include_references is not False
     }
-    evidence = state.get("evidence")
+    evidence = state.evidence
     missing = ""
     if evidence is not None and not evidence.is_sufficient and evidence.missing_information:
         missing = "\nKnown gaps in the passages: " + "; ".join(evidence.missing_information)
