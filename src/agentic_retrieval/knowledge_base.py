@@ -31,7 +31,7 @@ from agentic_retrieval.graph.sync import run_sync
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.state import InputState
+from agentic_retrieval.state import InputState, planner_for
 from agentic_retrieval.wire.models import (
     ActivityRecord,
     MessageContent,
@@ -156,10 +156,10 @@ class KnowledgeBase:
                     raise InvalidRequestError(
                         f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"
                     ) from exc
-        needs_planner = context.reasoning_effort != "minimal" and not request.intents
+        model_plans = planner_for(bool(request.intents), context.reasoning_effort) == "model"
         roles = (
-            (["planning"] if needs_planner else [])
-            + (["evidence"] if needs_planner and context.reasoning_effort == "medium" else [])
+            (["planning"] if model_plans else [])
+            + (["evidence"] if model_plans and context.reasoning_effort == "medium" else [])
             + (["answer"] if context.output_mode == "answerSynthesis" else [])
         )
         for role in roles:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import Annotated, Any, Literal, TypeVar, get_type_hints
 
 from langchain_core.messages import AnyMessage
 from langgraph.channels import UntrackedValue
@@ -49,6 +49,23 @@ class Scope(StrEnum):
     """Sent by the caller for one turn; never checkpointed (a ``TurnInput`` channel)."""
     RUN = "run"
     """Written by the nodes; reset to its default when a turn starts."""
+
+
+Planner = Literal["caller", "model", "question"]
+"""Who planned a turn's retrieval: the caller (``intents``), the planning model, or nobody
+(``minimal`` effort: the question as asked)."""
+
+
+def planner_for(has_intents: bool, reasoning_effort: str) -> Planner:
+    """Decide who plans a turn; the one place this is decided (the result is in state).
+
+    Args:
+        has_intents: The caller passed ``intents`` (its own plan: no model call).
+        reasoning_effort: The run's effort; ``minimal`` never calls a model.
+    """
+    if has_intents:
+        return "caller"
+    return "question" if reasoning_effort == "minimal" else "model"
 
 
 def _meta(scope: Scope, description: str) -> dict[str, Any]:
@@ -241,6 +258,14 @@ class RetrievalState(InputState, OutputState):
         metadata=_meta(
             Scope.RUN,
             "The question this turn asks: the last user message, else the intents joined.",
+        ),
+    )
+    planned_by: Planner | None = field(
+        default=None,
+        metadata=_meta(
+            Scope.RUN,
+            "Who planned this turn: caller (intents, no model call), model, or question "
+            "(minimal effort: the question as asked).",
         ),
     )
     source_params: dict[str, KnowledgeSourceParams] = field(

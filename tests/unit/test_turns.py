@@ -115,6 +115,7 @@ def test_a_turn_resets_every_run_field_it_does_not_write(toy_source):
     written = {
         "started_at",
         "question",
+        "planned_by",
         "needs_retrieval",
         "assistant_message",
         "activity_log",
@@ -131,5 +132,21 @@ def test_a_turn_resets_every_run_field_it_does_not_write(toy_source):
         )
         assert after_second.get(spec.name, default) == default, spec.name
     assert after_second["needs_retrieval"] is False
+    assert after_second["planned_by"] == "model"
     assert [m.content for m in after_second["messages"]][-1] == "You're welcome!"
     assert len(after_second["messages"]) == 4
+
+
+def test_who_plans_is_recorded_once_per_turn(toy_source):
+    plan = {"needs_retrieval": True, "queries": [{"query": "tram hours"}]}
+    model = ScriptedChatModel(script={"QueryPlan": [plan]})
+    graph = checkpointed(toy_source, chat_model=model)
+    cases = [
+        ({"intents": ["lost items"]}, Context(reasoning_effort="low"), "caller"),
+        ({"messages": [HumanMessage("lost items")]}, MINIMAL, "question"),
+        ({"messages": [HumanMessage("when do trams run")]}, Context(), "model"),
+    ]
+    for turn, context, planner in cases:
+        graph.invoke(turn, THREAD, context=context)
+        assert graph.get_state(THREAD).values["planned_by"] == planner
+    assert model.script.count("QueryPlan") == 1

@@ -37,9 +37,9 @@ def dispatch_searches(
 def after_rerank(
     state: RetrievalState, runtime: Runtime[Context]
 ) -> Literal["assess_evidence", "synthesize"]:
-    """Medium effort judges the evidence; minimal and low go straight to the output."""
+    """Medium effort judges model-planned evidence; everything else goes to the output."""
     context = current_context(runtime)
-    medium = context.reasoning_effort == "medium" and not state.intents
+    medium = context.reasoning_effort == "medium" and state.planned_by == "model"
     return "assess_evidence" if medium else "synthesize"
 
 

@@ -27,8 +27,8 @@ def make_plan_queries(bindings: Bindings) -> NodeFn:
         params = state.source_params
         allowed = allowed_sources(bindings, context, params)
         always = [n for n in allowed if params.get(n) and params[n].always_query_source]
-        # explicit intents are the caller's own plan: run them all
-        limit = len(state.intents) or context.max_subqueries
+        # the caller's own plan (intents) runs in full
+        limit = len(state.planned) if state.planned_by == "caller" else context.max_subqueries
         resolved = resolve_subqueries(state.planned, allowed, always, limit)
         runtime.stream_writer(
             {

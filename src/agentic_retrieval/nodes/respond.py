@@ -60,7 +60,7 @@ def _summary_entries(
 ) -> list[ActivityEntry]:
     now = time.time()
     entries = []
-    if context.reasoning_effort != "minimal" and not state.intents:
+    if state.planned_by == "model":
         usage = total_usage(state.activity_log)
         entries.append(
             ActivityEntry(

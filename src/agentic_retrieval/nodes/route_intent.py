@@ -30,7 +30,7 @@ from agentic_retrieval.nodes._shared import (
 )
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.sources.base import FilterableKnowledgeSource
-from agentic_retrieval.state import RetrievalState, Subquery, run_reset
+from agentic_retrieval.state import RetrievalState, Subquery, planner_for, run_reset
 from agentic_retrieval.wire.activity import error_detail, model_entry
 
 
@@ -42,10 +42,9 @@ def make_route_intent(bindings: Bindings) -> NodeFn:
     ) -> dict[str, Any]:
         """Start the turn, route the request and plan the first retrieval round."""
         context = current_context(runtime)
-        turn = begin_turn(state)
-        intents = [i.strip() for i in state.intents if i and i.strip()]
-        if intents or context.reasoning_effort == "minimal":
-            texts = intents or ([turn["question"]] if turn["question"] else [])
+        turn = begin_turn(state, context)
+        if turn["planned_by"] != "model":
+            texts = _intents(state) or ([turn["question"]] if turn["question"] else [])
             if not texts:
                 raise ValueError("nothing to retrieve: pass 'messages' or 'intents'")
             planned = [Subquery(id=f"q0.{i}", text=t) for i, t in enumerate(texts)]
@@ -60,21 +59,26 @@ def make_route_intent(bindings: Bindings) -> NodeFn:
     return route_intent
 
 
-def begin_turn(state: RetrievalState) -> dict[str, Any]:
+def begin_turn(state: RetrievalState, context: Context) -> dict[str, Any]:
     """Reset every run field (see :mod:`agentic_retrieval.state`) and record this turn.
 
     A second turn on a checkpointed thread must not rerank the first turn's hits (which may
     have been retrieved under another security filter), re-run its subqueries, inherit its
     partial/timed-out flags or measure its time limit from the first turn; the turn's own
-    inputs are recorded here, once, for the nodes that follow.
+    inputs, and who plans it, are recorded here once for the nodes that follow.
     """
-    intents = [i.strip() for i in state.intents if i and i.strip()]
+    intents = _intents(state)
     return {
         **run_reset(),
         "started_at": time.time(),
         "question": last_user_text(state.messages) or "; ".join(intents),
+        "planned_by": planner_for(bool(intents), context.reasoning_effort),
         "source_params": parse_source_params(state.knowledge_source_params),
     }
+
+
+def _intents(state: RetrievalState) -> list[str]:
+    return [i.strip() for i in state.intents if i and i.strip()]
 
 
 async def _plan(
