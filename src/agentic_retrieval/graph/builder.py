@@ -1,11 +1,10 @@
 """Wiring only: the graph as drawn in DESIGN.md §1.
 
 ```
-START → route_intent ─┬→ plan_queries → search × N (Send) → rerank ─┬→ assess_evidence ─┐
-                      │                                              │   ├→ search … (loop)  │
-                      │                                              │   └→ synthesize ◄─────┘
-                      │                                              └→ synthesize → respond → END
-                      └→ respond
+START → route_and_plan → prepare_searches → search × N (Send) → rerank → synthesize → respond → END
+        route_and_plan → respond                    (no retrieval needed)
+                                                    rerank → assess_evidence (medium)
+                                  assess_evidence → search × N (follow-ups) | synthesize
 ```
 """
 
@@ -24,10 +23,10 @@ from agentic_retrieval.graph.bindings import Bindings, sources_by_name
 from agentic_retrieval.graph.sync import with_sync_twin
 from agentic_retrieval.llm.chat_models import ChatModels
 from agentic_retrieval.nodes.assess_evidence import make_assess_evidence
-from agentic_retrieval.nodes.plan_queries import make_plan_queries
+from agentic_retrieval.nodes.prepare_searches import make_prepare_searches
 from agentic_retrieval.nodes.rerank import make_rerank
 from agentic_retrieval.nodes.respond import make_respond
-from agentic_retrieval.nodes.route_intent import make_route_intent
+from agentic_retrieval.nodes.route_and_plan import make_route_and_plan
 from agentic_retrieval.nodes.search import make_search
 from agentic_retrieval.nodes.synthesize import make_synthesize
 from agentic_retrieval.rerankers.base import Reranker
@@ -78,17 +77,19 @@ def build_graph(
     builder = StateGraph(
         RetrievalState, input_schema=InputState, output_schema=OutputState, context_schema=Context
     )
-    builder.add_node("route_intent", with_sync_twin(make_route_intent(bindings)))
-    builder.add_node("plan_queries", with_sync_twin(make_plan_queries(bindings)))
+    builder.add_node("route_and_plan", with_sync_twin(make_route_and_plan(bindings)))
+    builder.add_node("prepare_searches", with_sync_twin(make_prepare_searches(bindings)))
     builder.add_node("search", with_sync_twin(make_search(bindings)))
     builder.add_node("rerank", with_sync_twin(make_rerank(bindings)))
     builder.add_node("assess_evidence", with_sync_twin(make_assess_evidence(bindings)))
     builder.add_node("synthesize", with_sync_twin(make_synthesize(bindings)))
     builder.add_node("respond", with_sync_twin(make_respond(bindings)))
 
-    builder.add_edge(START, "route_intent")
-    builder.add_conditional_edges("route_intent", routing.after_route_intent)
-    builder.add_conditional_edges("plan_queries", routing.dispatch_searches, ["search", "rerank"])
+    builder.add_edge(START, "route_and_plan")
+    builder.add_conditional_edges("route_and_plan", routing.after_route_and_plan)
+    builder.add_conditional_edges(
+        "prepare_searches", routing.dispatch_searches, ["search", "rerank"]
+    )
     builder.add_edge("search", "rerank")
     builder.add_conditional_edges("rerank", routing.after_rerank)
     builder.add_conditional_edges(

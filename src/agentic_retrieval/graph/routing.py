@@ -12,9 +12,9 @@ from agentic_retrieval.nodes._shared import build_tasks
 from agentic_retrieval.state import RetrievalState
 
 
-def after_route_intent(state: RetrievalState) -> Literal["plan_queries", "respond"]:
+def after_route_and_plan(state: RetrievalState) -> Literal["prepare_searches", "respond"]:
     """Retrieve, or reply directly when the planner found no need to."""
-    return "plan_queries" if state.needs_retrieval else "respond"
+    return "prepare_searches" if state.needs_retrieval else "respond"
 
 
 def _searches(state: RetrievalState, runtime: Runtime[Context]) -> list[Send]:

@@ -1,9 +1,11 @@
-"""``route_intent``: decide whether retrieval is needed, and what to ask for.
+"""``route_and_plan``: start the turn, decide whether retrieval is needed and plan it.
 
-At ``minimal`` effort, or when the caller passes ``intents``, no model is called: the intents
-(or the last user message) become the subqueries. At ``low`` and ``medium`` one structured
-call does routing, planning and source selection together (one round trip instead of two);
-``plan_queries`` then turns that plan into concrete per-source searches.
+The first node of every turn: it resets the run fields of the state and records the turn's
+question, per-source parameters and who plans it (:func:`begin_turn`). At ``minimal`` effort,
+or when the caller passes ``intents``, no model is called: the intents (or the last user
+message) become the subqueries. At ``low`` and ``medium`` one structured call does routing,
+planning and source selection together (one round trip instead of two); ``prepare_searches``
+then turns that plan into concrete per-source searches.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from agentic_retrieval.state import RetrievalState, Subquery, planner_for, run_r
 from agentic_retrieval.wire.activity import error_detail, model_entry
 
 
-def make_route_intent(bindings: Bindings) -> NodeFn:
+def make_route_and_plan(bindings: Bindings) -> NodeFn:
     """Build the node bound to ``bindings``."""
 
-    async def route_intent(
+    async def route_and_plan(
         state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         """Start the turn, route the request and plan the first retrieval round."""
@@ -56,7 +58,7 @@ def make_route_intent(bindings: Bindings) -> NodeFn:
         update = await _plan(bindings, state, context, config, question, turn["started_at"])
         return {**turn, **update, "activity_log": Overwrite(update["activity_log"])}
 
-    return route_intent
+    return route_and_plan
 
 
 def begin_turn(state: RetrievalState, context: Context) -> dict[str, Any]:

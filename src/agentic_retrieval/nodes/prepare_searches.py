@@ -1,4 +1,4 @@
-"""``plan_queries``: turn planned subqueries into the searches of one round.
+"""``prepare_searches``: turn planned subqueries into the searches of one round.
 
 Deterministic: caps the number of subqueries, drops repeats, resolves each subquery's
 knowledge sources (the planner's choice among the sources this run may use, all of them when
@@ -18,10 +18,10 @@ from agentic_retrieval.nodes._shared import NodeFn, allowed_sources, resolve_sub
 from agentic_retrieval.state import RetrievalState
 
 
-def make_plan_queries(bindings: Bindings) -> NodeFn:
+def make_prepare_searches(bindings: Bindings) -> NodeFn:
     """Build the node bound to ``bindings``."""
 
-    async def plan_queries(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def prepare_searches(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Resolve sources and limits for the planned subqueries of this round."""
         context = current_context(runtime)
         params = state.source_params
@@ -39,4 +39,4 @@ def make_plan_queries(bindings: Bindings) -> NodeFn:
         )
         return {"subqueries": resolved, "planned": [], "round_to_search": 0}
 
-    return plan_queries
+    return prepare_searches
