@@ -8,7 +8,8 @@ text and ``metadata`` carries ``ref_id``, ``doc_key``, ``knowledge_source``,
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -19,9 +20,36 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from pydantic import ConfigDict
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.graph.sync import run_sync
-from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.wire.models import RetrieveResponse
+from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
+
+
+@runtime_checkable
+class Retrieves(Protocol):
+    """What the retriever needs from a knowledge base (:class:`~agentic_retrieval.KnowledgeBase`).
+
+    A protocol rather than the class itself, so ``knowledge_base`` can import this module
+    and :meth:`KnowledgeBase.as_retriever` return a typed retriever without an import cycle.
+    """
+
+    defaults: Context
+
+    @property
+    def sources(self) -> Mapping[str, KnowledgeSource]:
+        """The knowledge sources by name."""
+        ...
+
+    async def aretrieve(
+        self,
+        request: RetrieveRequest | Mapping[str, Any],
+        *,
+        config: RunnableConfig | None = None,
+        defaults: Context | None = None,
+    ) -> RetrieveResponse:
+        """Run a retrieve request."""
+        ...
 
 
 class KnowledgeBaseRetriever(BaseRetriever):
@@ -38,7 +66,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    knowledge_base: KnowledgeBase
+    knowledge_base: Retrieves
     reasoning_effort: Literal["minimal", "low", "medium"] = "minimal"
     k: int = 4
     filter: str | None = None

@@ -737,3 +737,42 @@ async def test_astream_is_bounded_by_max_runtime_too():
     events = [e async for e in kb.astream({"intents": [{"search": "x"}], "maxRuntimeInSeconds": 1})]
     assert loop.time() - started < 5
     assert events[-1]["event"] == "response" and events[-1]["status"] in (206, 408)
+
+
+# --- the facade: per-call defaults and config, typed retriever ---------------------------------
+
+
+def test_retrieve_takes_per_call_defaults_like_aretrieve(toy_source):
+    kb = KnowledgeBase([toy_source])
+    request = {"intents": [{"search": "tram day pass"}]}
+    assert len(kb.retrieve(request).references) > 1
+    response = kb.retrieve(request, defaults=Context(top_n=1))
+    assert [r.doc_key for r in response.references] == ["fares"]
+
+
+async def test_astream_forwards_config_callbacks_to_the_graph(toy_source):
+    from langchain_core.callbacks import AsyncCallbackHandler
+
+    class Names(AsyncCallbackHandler):
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        async def on_chain_start(self, serialized, inputs, *, name=None, **kwargs):
+            self.names.append(name)
+
+    handler = Names()
+    kb = KnowledgeBase([toy_source])
+    request = {"intents": [{"search": "lost items"}]}
+    events = [e async for e in kb.astream(request, config={"callbacks": [handler]})]
+    assert events[-1]["response"]["references"][0]["docKey"] == "lost"
+    nodes = [n for n in handler.names if n in ("route_and_plan", "rerank", "respond")]
+    assert list(dict.fromkeys(nodes)) == ["route_and_plan", "rerank", "respond"]
+
+
+def test_as_retriever_is_typed_and_the_graph_carries_no_extra_attribute(toy_source):
+    from agentic_retrieval import KnowledgeBaseRetriever
+
+    kb = KnowledgeBase([toy_source])
+    assert isinstance(kb.as_retriever(k=1), KnowledgeBaseRetriever)
+    assert not hasattr(kb.graph, "bindings")
+    assert kb.bindings.sources == {"transit": toy_source}

@@ -32,6 +32,7 @@ from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.wire.models import RetrieveResponse
+from agentic_retrieval.wire.retrieve import conversation_request, prepare
 
 EXIT_USAGE = 2
 EFFORTS = ("minimal", "low", "medium")
@@ -349,8 +350,9 @@ def build_request(
     source_data: bool = False,
 ) -> dict[str, Any]:
     """The wire request for one command-line question."""
-    return kb.request_for(
+    return conversation_request(
         [("user", question)],
+        kb.sources,
         effort=effort,
         output_mode=output_mode,
         filter_add_on=filter_text,
@@ -368,9 +370,7 @@ def run_retrieve(
     Raises:
         InvalidRequestError: Bad input (unknown source, bad filter, no chat model...).
     """
-    parsed = kb.parse_request(request)
-    context = kb.context_for(parsed)
-    kb.check(parsed, context)
+    parsed, context = prepare(request, kb.defaults, kb.bindings)
     if on_event is None:
         return asyncio.run(kb.aretrieve(parsed))
 

@@ -22,6 +22,7 @@ from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 from agentic_retrieval.sources.local.ingest import slugify
+from agentic_retrieval.wire.retrieve import check_request, parse_request
 
 
 class EvalTarget:
@@ -153,11 +154,11 @@ def check_model(kb: KnowledgeBase, configuration: Configuration) -> None:
     """
     if not configuration.needs_model:
         return
-    probe = kb.parse_request(
+    probe = parse_request(
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "probe"}]}]}
     )
     try:
-        kb.check(probe, configuration.context(kb.defaults))
+        check_request(probe, configuration.context(kb.defaults), kb.bindings)
     except InvalidRequestError as exc:
         raise EvalConfigurationError(
             f"configuration {configuration.name} needs a chat model: {exc}"

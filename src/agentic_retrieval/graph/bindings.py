@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from langchain_core.language_models import BaseChatModel
+
 from agentic_retrieval.llm.chat_models import ChatModels
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
@@ -23,6 +25,28 @@ class Bindings:
     sources: Mapping[str, KnowledgeSource]
     models: ChatModels = field(default_factory=ChatModels)
     reranker: Reranker = field(default_factory=PassthroughReranker)
+
+    @classmethod
+    def create(
+        cls,
+        sources: Iterable[KnowledgeSource] | Mapping[str, KnowledgeSource],
+        *,
+        chat_model: BaseChatModel | str | None = None,
+        planning_model: BaseChatModel | str | None = None,
+        evidence_model: BaseChatModel | str | None = None,
+        answer_model: BaseChatModel | str | None = None,
+        reranker: Reranker | None = None,
+    ) -> Bindings:
+        """Bind sources (names must be unique), chat models by role and a reranker.
+
+        Raises:
+            ValueError: Two sources share a name.
+        """
+        return cls(
+            sources=sources_by_name(sources),
+            models=ChatModels(chat_model, planning_model, evidence_model, answer_model),
+            reranker=reranker or PassthroughReranker(),
+        )
 
 
 def sources_by_name(

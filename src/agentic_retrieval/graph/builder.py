@@ -19,9 +19,8 @@ from langgraph.graph.state import CompiledStateGraph
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph import routing
-from agentic_retrieval.graph.bindings import Bindings, sources_by_name
+from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.sync import with_sync_twin
-from agentic_retrieval.llm.chat_models import ChatModels
 from agentic_retrieval.nodes.assess_evidence import make_assess_evidence
 from agentic_retrieval.nodes.prepare_searches import make_prepare_searches
 from agentic_retrieval.nodes.rerank import make_rerank
@@ -30,7 +29,6 @@ from agentic_retrieval.nodes.route_and_plan import make_route_and_plan
 from agentic_retrieval.nodes.search import make_search
 from agentic_retrieval.nodes.synthesize import make_synthesize
 from agentic_retrieval.rerankers.base import Reranker
-from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import InputState, OutputState, RetrievalState
 
@@ -69,11 +67,27 @@ def build_graph(
         The compiled graph: a Runnable (``invoke``, ``ainvoke``, ``stream``, ``batch``...)
         taking :class:`InputState` and a :class:`Context`.
     """
-    bindings = Bindings(
-        sources=sources_by_name(sources),
-        models=ChatModels(chat_model, planning_model, evidence_model, answer_model),
-        reranker=reranker or PassthroughReranker(),
+    bindings = Bindings.create(
+        sources,
+        chat_model=chat_model,
+        planning_model=planning_model,
+        evidence_model=evidence_model,
+        answer_model=answer_model,
+        reranker=reranker,
     )
+    return compile_graph(bindings, checkpointer=checkpointer, name=name)
+
+
+def compile_graph(
+    bindings: Bindings, *, checkpointer: Any = None, name: str = GRAPH_NAME
+) -> RetrievalGraph:
+    """Wire and compile the graph over ``bindings`` (what :func:`build_graph` does).
+
+    Args:
+        bindings: The sources, chat models and reranker every run uses.
+        checkpointer: Optional LangGraph checkpointer.
+        name: The compiled graph's name.
+    """
     builder = StateGraph(
         RetrievalState, input_schema=InputState, output_schema=OutputState, context_schema=Context
     )
@@ -97,9 +111,7 @@ def build_graph(
     )
     builder.add_edge("synthesize", "respond")
     builder.add_edge("respond", END)
-    graph = builder.compile(checkpointer=checkpointer, name=name)
-    graph.bindings = bindings  # type: ignore[attr-defined]  # for KnowledgeBase and tests
-    return graph
+    return builder.compile(checkpointer=checkpointer, name=name)
 
 
-__all__ = ["GRAPH_NAME", "Context", "RetrievalGraph", "build_graph"]
+__all__ = ["GRAPH_NAME", "Context", "RetrievalGraph", "build_graph", "compile_graph"]

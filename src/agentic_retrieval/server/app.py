@@ -26,6 +26,7 @@ from agentic_retrieval.server.management import Management, add_management_route
 from agentic_retrieval.server.settings import ServerSettings
 from agentic_retrieval.server.streaming import EVENT_STREAM, retrieve_events, wants_event_stream
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
+from agentic_retrieval.wire.retrieve import prepare
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +108,7 @@ def _add_routes(app: FastAPI, registry: Mapping[str, KnowledgeBase], keys: ApiKe
         authorize(request, keys, "query")
         check_api_version(api_version)
         kb = lookup(registry, name)
-        parsed = kb.parse_request(await read_json_object(request))
-        context = kb.context_for(parsed)
-        kb.check(parsed, context)
+        parsed, context = prepare(await read_json_object(request), kb.defaults, kb.bindings)
         if wants_event_stream(request.headers.get("accept")):
             return StreamingResponse(
                 retrieve_events(kb, parsed, context.max_runtime_seconds),

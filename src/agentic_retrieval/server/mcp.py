@@ -25,6 +25,7 @@ from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.server.auth import ApiKeys
 from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.wire.retrieve import conversation_request
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +126,9 @@ def tool_request(
         raise ToolError("give 'query' or 'messages'")
     if effort is None and not kb.bindings.models.is_configured("planning", kb.defaults):
         effort = "minimal"
-    return kb.request_for(
+    return conversation_request(
         [(t["role"], t["content"]) for t in turns],
+        kb.sources,
         effort=effort,
         output_mode=output_mode,
         filter_add_on=filter_text,

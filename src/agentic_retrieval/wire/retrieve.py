@@ -1,0 +1,255 @@
+"""The retrieve API at the edge: from a wire request to a graph run, and back.
+
+The Python API (:class:`~agentic_retrieval.KnowledgeBase`), the REST server, the MCP tool and
+the command line all go through these functions, so a request means the same everywhere:
+
+- :func:`prepare`: validate a request (:func:`parse_request`), derive the run's
+  :class:`~agentic_retrieval.context.Context` (:func:`run_context`) and reject what would fail
+  later (:func:`check_request`);
+- :func:`conversation_request`: the wire request the CLI and the MCP tool build from turns;
+- :func:`graph_input`: the graph input for a request;
+- :func:`to_response` / :func:`timed_out_response`: the wire response for a graph output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from pydantic import ValidationError
+
+from agentic_retrieval.context import Context
+from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.llm.chat_models import Role
+from agentic_retrieval.odata import ODataError, parse_filter
+from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.state import InputState, planner_for
+from agentic_retrieval.wire.models import (
+    ActivityRecord,
+    MessageContent,
+    Reference,
+    ResponseMessage,
+    RetrieveRequest,
+    RetrieveResponse,
+)
+
+
+def prepare(
+    request: RetrieveRequest | Mapping[str, Any], defaults: Context, bindings: Bindings
+) -> tuple[RetrieveRequest, Context]:
+    """Validate ``request`` and derive its run's Context, rejecting what would fail later.
+
+    Args:
+        request: A :class:`RetrieveRequest` or its JSON shape.
+        defaults: Settings where the request is silent (a knowledge base's defaults).
+        bindings: The sources and chat models the run would use.
+
+    Raises:
+        InvalidRequestError: Bad input; the message names the field.
+        UnknownKnowledgeSourceError: The request names a source that is not bound.
+    """
+    parsed = parse_request(request)
+    context = run_context(parsed, defaults)
+    check_request(parsed, context, bindings)
+    return parsed, context
+
+
+def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveRequest:
+    """Validate ``request`` (a model or a JSON-shaped dict).
+
+    Raises:
+        InvalidRequestError: With a message naming the offending field.
+    """
+    if isinstance(request, RetrieveRequest):
+        return request
+    try:
+        return RetrieveRequest.model_validate(request)
+    except ValidationError as exc:
+        raise InvalidRequestError(_describe(exc)) from exc
+
+
+def run_context(request: RetrieveRequest, defaults: Context) -> Context:
+    """The run's Context: ``defaults`` overridden by what the request sets.
+
+    Raises:
+        InvalidRequestError: An override is out of its Context bounds.
+    """
+    overrides: dict[str, Any] = {}
+    if request.effort:
+        overrides["reasoning_effort"] = request.effort
+    if request.output_mode:
+        overrides["output_mode"] = request.output_mode
+    if request.max_runtime_in_seconds:
+        overrides["max_runtime_seconds"] = float(request.max_runtime_in_seconds)
+    if request.max_output_size:
+        overrides["max_output_size"] = request.max_output_size
+    if request.max_output_size_in_tokens:
+        overrides["max_output_tokens"] = request.max_output_size_in_tokens
+    limits = [
+        p.max_docs_for_reranker
+        for p in request.knowledge_source_params or []
+        if p.max_docs_for_reranker
+    ]
+    if limits:
+        overrides["max_docs_for_reranker"] = max(limits)
+    try:
+        return dataclasses.replace(defaults, **overrides)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from exc
+
+
+def check_request(request: RetrieveRequest, context: Context, bindings: Bindings) -> None:
+    """Reject what would fail later: unknown sources, bad filters, no model.
+
+    Raises:
+        UnknownKnowledgeSourceError: A named source does not exist.
+        InvalidRequestError: A ``filterAddOn`` does not parse, or no chat model is
+            configured for an effort/output mode that needs one.
+    """
+    sources = bindings.sources
+    for params in request.knowledge_source_params or []:
+        if params.knowledge_source_name not in sources:
+            raise UnknownKnowledgeSourceError(
+                f"knowledgeSourceParams: unknown knowledge source "
+                f"'{params.knowledge_source_name}' (this knowledge base has: "
+                f"{', '.join(sources) or 'none'})"
+            )
+        if params.filter_add_on:
+            try:
+                parse_filter(params.filter_add_on)
+            except ODataError as exc:
+                raise InvalidRequestError(
+                    f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"
+                ) from exc
+    for role in _model_roles(request, context):
+        try:
+            bindings.models.resolve(role, context)  # builds it: surfaces bad config
+        except ValueError as exc:  # ModelNotConfiguredError, ModelUnavailableError
+            raise InvalidRequestError(str(exc)) from exc
+
+
+def _model_roles(request: RetrieveRequest, context: Context) -> list[Role]:
+    """The chat-model roles a run of ``request`` will call."""
+    model_plans = planner_for(bool(request.intents), context.reasoning_effort) == "model"
+    roles: list[Role] = ["planning"] if model_plans else []
+    if model_plans and context.reasoning_effort == "medium":
+        roles.append("evidence")
+    if context.output_mode == "answerSynthesis":
+        roles.append("answer")
+    return roles
+
+
+def conversation_request(
+    turns: Sequence[tuple[str, str]],
+    sources: Mapping[str, KnowledgeSource],
+    *,
+    effort: str | None = None,
+    output_mode: str | None = None,
+    filter_add_on: str | None = None,
+    source_data: bool = False,
+) -> dict[str, Any]:
+    """The wire request for a conversation, as the CLI and the MCP tool build it.
+
+    Args:
+        turns: ``(role, text)`` pairs, oldest first.
+        sources: The knowledge base's sources (the per-source parameters name each).
+        effort: ``minimal``, ``low`` or ``medium`` (default: the knowledge base's).
+        output_mode: ``extractiveData`` or ``answerSynthesis``.
+        filter_add_on: An OData filter ANDed onto every source.
+        source_data: Ask every source for ``sourceData`` on its references.
+    """
+    request: dict[str, Any] = {
+        "messages": [
+            {"role": role, "content": [{"type": "text", "text": text}]} for role, text in turns
+        ]
+    }
+    if effort:
+        request["retrievalReasoningEffort"] = {"kind": effort}
+    if output_mode:
+        request["outputMode"] = output_mode
+    if filter_add_on or source_data:
+        request["knowledgeSourceParams"] = [
+            {
+                "knowledgeSourceName": name,
+                "kind": source.kind,
+                **({"filterAddOn": filter_add_on} if filter_add_on else {}),
+                **({"includeReferenceSourceData": True} if source_data else {}),
+            }
+            for name, source in sources.items()
+        ]
+    return request
+
+
+def graph_input(request: RetrieveRequest) -> InputState:
+    """The graph input for ``request``."""
+    return InputState(
+        messages=[_to_message(m.role, m.text) for m in request.messages or [] if m.text],
+        intents=[i.search for i in request.intents or []],
+        knowledge_source_params=[
+            p.model_dump(exclude_none=True) for p in request.knowledge_source_params or []
+        ],
+    )
+
+
+def to_response(output: Mapping[str, Any], request: RetrieveRequest) -> RetrieveResponse:
+    """The wire response for a graph output (the graph's output keys)."""
+    response = RetrieveResponse(
+        response=[
+            ResponseMessage(content=[MessageContent(type="text", text=output.get("response", ""))])
+        ],
+        activity=(
+            None
+            if request.include_activity is False
+            else [ActivityRecord.model_validate(r) for r in output.get("activity") or []]
+        ),
+        references=[Reference.model_validate(r) for r in output.get("references") or []],
+    )
+    response._partial = bool(output.get("partial"))
+    response._timed_out = bool(output.get("timed_out"))
+    response._has_results = bool(output.get("passage_count")) or bool(response.references)
+    return response
+
+
+def timed_out_response(context: Context, started: float) -> RetrieveResponse:
+    """The response of a run abandoned at ``maxRuntimeInSeconds`` with nothing ready (408)."""
+    record = ActivityRecord.model_validate(
+        {
+            "type": "runtimeLimit",
+            "id": 0,
+            "elapsedMs": int((time.time() - started) * 1000),
+            "error": {
+                "code": "Timeout",
+                "message": f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed "
+                "before any result was ready",
+            },
+        }
+    )
+    response = RetrieveResponse(
+        response=[ResponseMessage(content=[MessageContent(type="text", text="[]")])],
+        activity=[record],
+        references=[],
+    )
+    response._timed_out = True
+    return response
+
+
+def _to_message(role: str | None, text: str) -> AIMessage | HumanMessage | SystemMessage:
+    if role == "assistant":
+        return AIMessage(content=text)
+    if role == "system":
+        return SystemMessage(content=text)
+    return HumanMessage(content=text)
+
+
+def _describe(exc: ValidationError) -> str:
+    """A one-line message naming each invalid field by its wire (camelCase) path."""
+    parts = []
+    for error in exc.errors()[:5]:
+        location = ".".join(str(p) for p in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{location}: {message}" if location else message)
+    return "; ".join(parts)
