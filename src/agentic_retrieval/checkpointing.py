@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from agentic_retrieval.llm.schemas import EvidenceAssessment, SupportedPoint
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.state import (
     ActivityEntry,
-    Evidence,
-    KeyPoint,
     RankedHit,
     RetrievedHit,
     SearchTask,
@@ -30,8 +29,8 @@ STATE_TYPES = (
     Hit,
     RetrievedHit,
     RankedHit,
-    KeyPoint,
-    Evidence,
+    SupportedPoint,
+    EvidenceAssessment,
     ActivityEntry,
     KnowledgeSourceParams,
 )

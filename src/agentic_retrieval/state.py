@@ -29,8 +29,9 @@ from langchain_core.messages import AnyMessage
 from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from langgraph.types import Overwrite
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
+from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 
@@ -119,23 +120,6 @@ class RankedHit(RetrievedHit):
     ref_id: int
     final_score: float
     """Score on the 0-4 semantic scale (max over the subqueries that retrieved it)."""
-
-
-class KeyPoint(BaseModel):
-    """A fact the evidence establishes, with the passages supporting it."""
-
-    point: str
-    ref_ids: list[int] = Field(default_factory=list)
-
-
-class Evidence(BaseModel):
-    """The evidence assessment of one round."""
-
-    is_sufficient: bool = True
-    confidence: float = 1.0
-    key_points: list[KeyPoint] = Field(default_factory=list)
-    missing_information: list[str] = Field(default_factory=list)
-    followup_queries: list[str] = Field(default_factory=list)
 
 
 class ActivityEntry(BaseModel):
@@ -299,7 +283,7 @@ class RetrievalState(InputState, OutputState):
         default_factory=list,
         metadata=_meta(Scope.RUN, "The current reranked selection, best first."),
     )
-    evidence: Evidence | None = field(
+    evidence: EvidenceAssessment | None = field(
         default=None,
         metadata=_meta(Scope.RUN, "The latest evidence assessment (medium effort)."),
     )

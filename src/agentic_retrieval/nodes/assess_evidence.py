@@ -27,7 +27,7 @@ from agentic_retrieval.nodes._shared import (
     resolve_subqueries,
     today,
 )
-from agentic_retrieval.state import Evidence, KeyPoint, RetrievalState, Subquery
+from agentic_retrieval.state import RetrievalState, Subquery
 from agentic_retrieval.wire.activity import model_entry
 from agentic_retrieval.wire.grounding import format_passages
 
@@ -108,20 +108,18 @@ async def _assess(
     return value, entry
 
 
-def _to_evidence(result: EvidenceAssessment | None) -> Evidence:
+def _to_evidence(result: EvidenceAssessment | None) -> EvidenceAssessment:
     if result is None:  # degrade: treat as sufficient and answer from what we have
-        return Evidence(is_sufficient=True, confidence=0.0)
-    return Evidence(
-        is_sufficient=result.is_sufficient,
-        confidence=result.confidence,
-        key_points=[KeyPoint(point=k.point, ref_ids=k.ref_ids) for k in result.key_points],
-        missing_information=result.missing_information,
-        followup_queries=result.followup_queries,
-    )
+        return EvidenceAssessment(is_sufficient=True, confidence=0.0)
+    return result
 
 
 def _followups(
-    bindings: Bindings, state: RetrievalState, context: Context, evidence: Evidence, round_no: int
+    bindings: Bindings,
+    state: RetrievalState,
+    context: Context,
+    evidence: EvidenceAssessment,
+    round_no: int,
 ) -> list[Subquery]:
     """The next round's subqueries: new texts only, over the sources the first round used."""
     params = state.source_params
