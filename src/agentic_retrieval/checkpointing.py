@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.llm.schemas import EvidenceAssessment, SupportedPoint
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.state import (
-    ActivityEntry,
+    ACTIVITY_TYPES,
+    ErrorInfo,
     RankedHit,
     RetrievedHit,
     SearchTask,
@@ -23,7 +25,7 @@ from agentic_retrieval.state import (
 )
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 
-STATE_TYPES = (
+STATE_TYPES: tuple[type, ...] = (
     Subquery,
     SearchTask,
     Hit,
@@ -31,7 +33,9 @@ STATE_TYPES = (
     RankedHit,
     SupportedPoint,
     EvidenceAssessment,
-    ActivityEntry,
+    *ACTIVITY_TYPES,
+    ErrorInfo,
+    Usage,
     KnowledgeSourceParams,
 )
 """Every non-builtin type the graph writes into its state (and its Send payloads)."""

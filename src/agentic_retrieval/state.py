@@ -29,8 +29,9 @@ from langchain_core.messages import AnyMessage
 from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from langgraph.types import Overwrite
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.wire.models import KnowledgeSourceParams
@@ -122,13 +123,122 @@ class RankedHit(RetrievedHit):
     """Score on the 0-4 semantic scale (max over the subqueries that retrieved it)."""
 
 
-class ActivityEntry(BaseModel):
-    """An activity record before ids are assigned (ids follow start order at the end)."""
+class ErrorInfo(BaseModel):
+    """Why a step failed or degraded: a short code and a message safe to show a caller."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, code: str, message: str) -> ErrorInfo:
+        """An error with ``code`` and ``message``."""
+        return cls(code=code, message=message)
+
+
+class Activity(BaseModel):
+    """One step of the run, before ids are assigned (ids follow start order at the end).
+
+    Nodes write these typed records; :mod:`agentic_retrieval.wire.render` turns them into
+    the wire ``activity`` array, so a new API version changes the rendering, not the nodes.
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     key: str
+    """Stable within the run (``search:<subquery>:<source>``, ``rerank:<round>``...)."""
     started: float
-    record: dict[str, Any]
-    """The wire record without ``id`` (camelCase keys)."""
+    """``time.time()`` when the step started."""
+    elapsed_ms: int | None = None
+    error: ErrorInfo | None = None
+
+
+class SearchActivity(Activity):
+    """One subquery sent to one knowledge source."""
+
+    kind: Literal["search"] = "search"
+    source: str
+    source_kind: str
+    search: str
+    filter: str | None
+    top: int
+    count: int
+
+
+class ModelCallActivity(Activity):
+    """A step that may call a model: its token counts add up in the run's usage."""
+
+    usage: Usage = Field(default_factory=Usage)
+
+
+class PlanningActivity(ModelCallActivity):
+    """The routing and planning model call."""
+
+    kind: Literal["planning"] = "planning"
+    assistant_message: str | None = None
+    """The planner's reply when it found no retrieval needed."""
+
+
+class EvidenceActivity(ModelCallActivity):
+    """One evidence assessment (medium effort)."""
+
+    kind: Literal["evidence"] = "evidence"
+    is_sufficient: bool
+    confidence: float | None
+    followup_queries: list[str] = Field(default_factory=list)
+
+
+class AnswerActivity(ModelCallActivity):
+    """The answer synthesis model call."""
+
+    kind: Literal["answer"] = "answer"
+    removed_citations: list[int] = Field(default_factory=list)
+    """ref_ids the model cited that are not references (stripped from the answer)."""
+
+
+class RerankActivity(ModelCallActivity):
+    """One reranking of every candidate retrieved so far (tokens: an LLM grader's)."""
+
+    kind: Literal["rerank"] = "rerank"
+    reranker: str
+    candidate_count: int
+    kept_count: int
+
+
+class ReasoningActivity(Activity):
+    """The summary of a model-planned run: effort, tokens, follow-up rounds."""
+
+    kind: Literal["reasoning"] = "reasoning"
+    effort: str
+    usage: Usage
+    iterations: int
+
+
+class RuntimeLimitActivity(Activity):
+    """``max_runtime_seconds`` elapsed; the response holds what was ready."""
+
+    kind: Literal["runtime_limit"] = "runtime_limit"
+
+
+AnyActivity = (
+    SearchActivity
+    | PlanningActivity
+    | EvidenceActivity
+    | AnswerActivity
+    | RerankActivity
+    | ReasoningActivity
+    | RuntimeLimitActivity
+)
+ACTIVITY_TYPES: tuple[type[Activity], ...] = (
+    SearchActivity,
+    PlanningActivity,
+    EvidenceActivity,
+    AnswerActivity,
+    RerankActivity,
+    ReasoningActivity,
+    RuntimeLimitActivity,
+)
 
 
 def merge_hits(left: list[RetrievedHit], right: list[RetrievedHit]) -> list[RetrievedHit]:
@@ -305,7 +415,7 @@ class RetrievalState(InputState, OutputState):
             "The round whose subqueries the next fan-out searches; None when none is due.",
         ),
     )
-    activity_log: Annotated[list[ActivityEntry], operator.add] = field(
+    activity_log: Annotated[list[AnyActivity], operator.add] = field(
         default_factory=list,
         metadata=_meta(Scope.RUN, "Activity entries of every step, in completion order."),
     )

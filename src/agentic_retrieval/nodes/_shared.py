@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.llm.chat_models import StructuredResult, Usage
 from agentic_retrieval.odata import and_filters
-from agentic_retrieval.state import SearchTask, Subquery
+from agentic_retrieval.state import (
+    Activity,
+    ErrorInfo,
+    ModelCallActivity,
+    SearchTask,
+    Subquery,
+)
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 MAX_TRANSCRIPT_CHARS = 12_000
@@ -63,6 +70,27 @@ def remaining_seconds(started_at: float | None, context: Context) -> float:
     if started_at is None:
         return context.max_runtime_seconds
     return started_at + context.max_runtime_seconds - time.time()
+
+
+def elapsed_ms(started: float) -> int:
+    """Milliseconds since ``started`` (a ``time.perf_counter()`` value)."""
+    return round((time.perf_counter() - started) * 1000)
+
+
+def call_error(result: StructuredResult[Any]) -> ErrorInfo | None:
+    """The error of a structured model call that produced no usable value, if any."""
+    return ErrorInfo.of(result.error_code, result.error) if result.error else None
+
+
+def total_usage(entries: Iterable[Activity]) -> Usage:
+    """Sum the token counts of every step that called a model."""
+    total = Usage()
+    for entry in entries:
+        if isinstance(entry, ModelCallActivity):
+            total.input_tokens += entry.usage.input_tokens
+            total.output_tokens += entry.usage.output_tokens
+            total.reasoning_tokens += entry.usage.reasoning_tokens
+    return total
 
 
 NodeFn = Callable[..., Coroutine[Any, Any, dict[str, Any]]]

@@ -23,12 +23,13 @@ from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.nodes._shared import (
     NodeFn,
     allowed_sources,
+    call_error,
+    elapsed_ms,
     remaining_seconds,
     resolve_subqueries,
     today,
 )
-from agentic_retrieval.state import RetrievalState, Subquery
-from agentic_retrieval.wire.activity import model_entry
+from agentic_retrieval.state import EvidenceActivity, RetrievalState, Subquery
 from agentic_retrieval.wire.grounding import format_passages
 
 EVIDENCE_PASSAGE_CHARS = 24_000
@@ -74,7 +75,7 @@ async def _assess(
     context: Context,
     config: RunnableConfig,
     left: float,
-) -> tuple[EvidenceAssessment | None, Any]:
+) -> tuple[EvidenceAssessment | None, EvidenceActivity]:
     model = bindings.models.resolve("evidence", context)
     previous = "; ".join(s.text for s in state.subqueries) or "none"
     prompt = context.evidence_prompt.format(
@@ -93,19 +94,17 @@ async def _assess(
         timeout=left,
     )
     value = result.value
-    entry = model_entry(
-        f"evidence:{state.iteration}",
-        "modelEvidenceAssessment",
-        started_wall=wall,
-        started=clock,
+    record = EvidenceActivity(
+        key=f"evidence:{state.iteration}",
+        started=wall,
+        elapsed_ms=elapsed_ms(clock),
         usage=result.usage,
-        error=result.error if value is None else None,
-        error_code=result.error_code,
-        isSufficient=value.is_sufficient if value else True,
+        error=call_error(result) if value is None else None,
+        is_sufficient=value.is_sufficient if value else True,
         confidence=value.confidence if value else None,
-        followupQueries=value.followup_queries if value else [],
+        followup_queries=value.followup_queries if value else [],
     )
-    return value, entry
+    return value, record
 
 
 def _to_evidence(result: EvidenceAssessment | None) -> EvidenceAssessment:

@@ -19,12 +19,18 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds
+from agentic_retrieval.llm.chat_models import Usage
+from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, remaining_seconds
 from agentic_retrieval.rerankers.base import Reranker, UsageReportingReranker, clamp_score
 from agentic_retrieval.rerankers.lexical import LexicalReranker
-from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState, RetrievedHit
+from agentic_retrieval.state import (
+    ErrorInfo,
+    RankedHit,
+    RerankActivity,
+    RetrievalState,
+    RetrievedHit,
+)
 from agentic_retrieval.text import SKETCH_SIZE, jaccard, shingles, sketch
-from agentic_retrieval.wire.activity import elapsed_ms, error_detail
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 logger = logging.getLogger(__name__)
@@ -54,24 +60,23 @@ def make_rerank(bindings: Bindings) -> NodeFn:
             # keep what the searches found: rank it lexically rather than lose it
             timed_out = True
             scores, _, usage = await _score(LexicalReranker(), candidates, queries)
-            error = error_detail(
+            error = ErrorInfo.of(
                 "Timeout",
                 f"reranker {bindings.reranker.name} ran out of time; "
                 "candidates were ranked by lexical coverage instead",
             )
         selection = select(candidates, scores, state.source_params, context)
-        record: dict[str, Any] = {
-            "type": "semanticReranker",
-            "reranker": bindings.reranker.name,
-            "candidateCount": len(candidates),
-            "keptCount": len(selection),
-            "elapsedMs": elapsed_ms(clock),
-            **usage,
-        }
-        if error:
-            record["error"] = error
-        entry = ActivityEntry(key=f"rerank:{state.iteration}", started=wall, record=record)
-        update: dict[str, Any] = {"ranked": selection, "activity_log": [entry]}
+        record = RerankActivity(
+            key=f"rerank:{state.iteration}",
+            started=wall,
+            elapsed_ms=elapsed_ms(clock),
+            error=error,
+            reranker=bindings.reranker.name,
+            candidate_count=len(candidates),
+            kept_count=len(selection),
+            usage=usage,
+        )
+        update: dict[str, Any] = {"ranked": selection, "activity_log": [record]}
         if timed_out:
             update["timed_out"] = True
         return update
@@ -155,7 +160,7 @@ async def _score(
     reranker: Reranker,
     candidates: list[RetrievedHit],
     queries: dict[tuple[str, str], set[str]],
-) -> tuple[dict[tuple[str, str], float], dict[str, str] | None, dict[str, int]]:
+) -> tuple[dict[tuple[str, str], float], ErrorInfo | None, Usage]:
     """Score candidates per query (concurrently) and keep each one's best score."""
     by_query: dict[str, list[RetrievedHit]] = defaultdict(list)
     for hit in candidates:
@@ -168,34 +173,31 @@ async def _score(
         )
     except Exception as exc:  # a failing reranker degrades to lexical scores
         logger.warning("reranker %s failed, falling back to lexical: %s", reranker.name, exc)
-        error = error_detail("RerankerError", f"{type(exc).__name__}: {exc}")
+        error = ErrorInfo.of("RerankerError", f"{type(exc).__name__}: {exc}")
         fallback = LexicalReranker()
         results = [await _score_one(fallback, q, g) for q, g in by_query.items()]
     best: dict[tuple[str, str], float] = {}
-    usage = {"inputTokens": 0, "outputTokens": 0}
+    usage = Usage()
     for group, scores, used in results:
-        for counter in usage:
-            usage[counter] += used.get(counter, 0)
+        usage.input_tokens += used.input_tokens
+        usage.output_tokens += used.output_tokens
         for hit, score in zip(group, scores, strict=True):
             key = (hit.source, hit.doc_key)
             best[key] = max(best.get(key, 0.0), clamp_score(score))
-    return best, error, {k: v for k, v in usage.items() if v}
+    return best, error, usage
 
 
 async def _score_one(
     reranker: Reranker, query: str, group: list[RetrievedHit]
-) -> tuple[list[RetrievedHit], list[float], dict[str, int]]:
+) -> tuple[list[RetrievedHit], list[float], Usage]:
     if isinstance(reranker, UsageReportingReranker):
         scores, usage = await reranker.ascore_with_usage(query, group)
     else:
         scores, usage = await reranker.ascore(query, group), {}
     if len(scores) != len(group):
         raise ValueError(f"reranker returned {len(scores)} scores for {len(group)} hits")
-    return (
-        group,
-        list(scores),
-        {
-            "inputTokens": int(usage.get("input_tokens", usage.get("inputTokens", 0)) or 0),
-            "outputTokens": int(usage.get("output_tokens", usage.get("outputTokens", 0)) or 0),
-        },
+    used = Usage(
+        input_tokens=int(usage.get("input_tokens", usage.get("inputTokens", 0)) or 0),
+        output_tokens=int(usage.get("output_tokens", usage.get("outputTokens", 0)) or 0),
     )
+    return group, list(scores), used

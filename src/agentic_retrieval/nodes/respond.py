@@ -1,8 +1,10 @@
 """``respond``: assemble the caller's output (response, references, activity).
 
-Assigns activity ids in start order, links each reference to the activity record of the
-search that found it, applies the per-source ``includeReferences`` /
-``includeReferenceSourceData`` switches, and appends the reply to the conversation.
+Adds the run's summary records (reasoning, runtime limit), renders the typed activity and the
+grounded passages in the wire shape (:mod:`agentic_retrieval.wire.render`: ids in start
+order, references linked to the search that found them, the per-source
+``includeReferences`` / ``includeReferenceSourceData`` switches) and appends the reply to the
+conversation.
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds
-from agentic_retrieval.state import ActivityEntry, RankedHit, RetrievalState
-from agentic_retrieval.wire.activity import error_detail, finalize, total_usage, wire_kind
-from agentic_retrieval.wire.models import KnowledgeSourceParams
+from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, total_usage
+from agentic_retrieval.state import (
+    Activity,
+    ErrorInfo,
+    ReasoningActivity,
+    RetrievalState,
+    RuntimeLimitActivity,
+)
+from agentic_retrieval.wire.render import render_activity, render_references
 
 
 def make_respond(bindings: Bindings) -> NodeFn:
@@ -27,10 +34,10 @@ def make_respond(bindings: Bindings) -> NodeFn:
     async def respond(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Build the output state."""
         context = current_context(runtime)
-        entries = list(state.activity_log)
+        entries: list[Activity] = list(state.activity_log)
         timed_out = state.timed_out or remaining_seconds(state.started_at, context) < 0
         entries += _summary_entries(state, context, timed_out)
-        records, ids = finalize(entries)
+        records, ids = render_activity(entries)
         grounded = set(state.grounded_ref_ids)
         if not state.needs_retrieval:
             reply = state.assistant_message
@@ -41,7 +48,8 @@ def make_respond(bindings: Bindings) -> NodeFn:
         else:
             reply = text = state.response or "[]"
             ranked = [h for h in state.ranked if h.ref_id in grounded]
-            references = _references(bindings, ranked, ids, state.source_params)
+            kinds = {name: source.kind for name, source in bindings.sources.items()}
+            references = render_references(ranked, ids, state.source_params, kinds)
         runtime.stream_writer({"event": "done", "references": len(references)})
         return {
             "response": text,
@@ -55,25 +63,17 @@ def make_respond(bindings: Bindings) -> NodeFn:
     return respond
 
 
-def _summary_entries(
-    state: RetrievalState, context: Context, timed_out: bool
-) -> list[ActivityEntry]:
+def _summary_entries(state: RetrievalState, context: Context, timed_out: bool) -> list[Activity]:
     now = time.time()
-    entries = []
+    entries: list[Activity] = []
     if state.planned_by == "model":
-        usage = total_usage(state.activity_log)
         entries.append(
-            ActivityEntry(
+            ReasoningActivity(
                 key="reasoning",
                 started=now,
-                record={
-                    "type": "agenticReasoning",
-                    "retrievalReasoningEffort": {"kind": context.reasoning_effort},
-                    "reasoningTokens": usage.reasoning_tokens,
-                    "inputTokens": usage.input_tokens,
-                    "outputTokens": usage.output_tokens,
-                    "iterations": state.iteration,
-                },
+                effort=context.reasoning_effort,
+                usage=total_usage(state.activity_log),
+                iterations=state.iteration,
             )
         )
     if timed_out:
@@ -82,41 +82,8 @@ def _summary_entries(
             "the response holds what was ready"
         )
         entries.append(
-            ActivityEntry(
-                key="timeout",
-                started=now + 1e-6,
-                record={"type": "runtimeLimit", "error": error_detail("Timeout", message)},
+            RuntimeLimitActivity(
+                key="timeout", started=now + 1e-6, error=ErrorInfo.of("Timeout", message)
             )
         )
     return entries
-
-
-def _references(
-    bindings: Bindings,
-    ranked: list[RankedHit],
-    ids: dict[str, int],
-    params: dict[str, KnowledgeSourceParams],
-) -> list[dict[str, Any]]:
-    references = []
-    for hit in ranked:
-        param = params.get(hit.source)
-        if param is not None and param.include_references is False:
-            continue
-        source = bindings.sources.get(hit.source)
-        reference: dict[str, Any] = {
-            "type": wire_kind(source.kind) if source is not None else "searchIndex",
-            "id": str(hit.ref_id),
-            "activitySource": ids.get(hit.activity_key, 0),
-            "docKey": hit.doc_key,
-            "rerankerScore": hit.final_score,
-        }
-        if param is not None and param.include_reference_source_data:
-            # metadata first: a metadata field must never replace the real key or text
-            reference["sourceData"] = {
-                **hit.metadata,
-                "docKey": hit.doc_key,
-                "title": hit.title,
-                "content": hit.content,
-            }
-        references.append(reference)
-    return references

@@ -24,6 +24,8 @@ from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import QueryPlan
 from agentic_retrieval.nodes._shared import (
     NodeFn,
+    call_error,
+    elapsed_ms,
     last_user_text,
     parse_source_params,
     remaining_seconds,
@@ -32,8 +34,14 @@ from agentic_retrieval.nodes._shared import (
 )
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.sources.base import FilterableKnowledgeSource
-from agentic_retrieval.state import RetrievalState, Subquery, planner_for, run_reset
-from agentic_retrieval.wire.activity import error_detail, model_entry
+from agentic_retrieval.state import (
+    ErrorInfo,
+    PlanningActivity,
+    RetrievalState,
+    Subquery,
+    planner_for,
+    run_reset,
+)
 
 
 def make_route_and_plan(bindings: Bindings) -> NodeFn:
@@ -106,19 +114,17 @@ async def _plan(
         timeout=remaining_seconds(started_at, context),
     )
     plan = result.value
-    entry = model_entry(
-        "plan",
-        "modelQueryPlanning",
-        started_wall=wall,
-        started=clock,
+    record = PlanningActivity(
+        key="plan",
+        started=wall,
+        elapsed_ms=elapsed_ms(clock),
         usage=result.usage,
-        error=result.error,
-        error_code=result.error_code,
+        error=call_error(result),
     )
     if plan is not None and not plan.needs_retrieval:
         reply = plan.assistant_message.strip() or "How can I help?"
-        entry.record.update(retrievalNeeded=False, assistantMessage=reply)
-        return {"needs_retrieval": False, "assistant_message": reply, "activity_log": [entry]}
+        record = record.model_copy(update={"assistant_message": reply})
+        return {"needs_retrieval": False, "assistant_message": reply, "activity_log": [record]}
     planned = [
         Subquery(
             id=f"q0.{i}",
@@ -130,19 +136,22 @@ async def _plan(
         for i, q in enumerate(plan.queries if plan is not None else [])
         if q.query.strip()
     ]
+    degraded = None
     if not planned:
         # Degrade rather than fail: search the question as asked.
         planned = [Subquery(id="q0.0", text=question)]
         if plan is not None:
-            entry.record["error"] = error_detail(
+            degraded = ErrorInfo.of(
                 "ModelOutputInvalid", "the plan asked for retrieval but had no usable query"
             )
     planned, dropped = _drop_malformed_filters(planned)
-    if dropped and "error" not in entry.record:
-        entry.record["error"] = error_detail(
+    if dropped and degraded is None:
+        degraded = ErrorInfo.of(
             "InvalidFilter", "dropped the planner's malformed filter(s): " + "; ".join(dropped)
         )
-    return {"needs_retrieval": True, "planned": planned, "activity_log": [entry]}
+    if record.error is None and degraded is not None:
+        record = record.model_copy(update={"error": degraded})
+    return {"needs_retrieval": True, "planned": planned, "activity_log": [record]}
 
 
 def _drop_malformed_filters(planned: list[Subquery]) -> tuple[list[Subquery], list[str]]:

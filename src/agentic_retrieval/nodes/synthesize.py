@@ -22,9 +22,8 @@ from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import SynthesizedAnswer
-from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, today
-from agentic_retrieval.state import RankedHit, RetrievalState
-from agentic_retrieval.wire.activity import model_entry
+from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, remaining_seconds, today
+from agentic_retrieval.state import AnswerActivity, ErrorInfo, RankedHit, RetrievalState
 from agentic_retrieval.wire.citations import validate_citations
 from agentic_retrieval.wire.grounding import format_passages, grounding_string
 
@@ -92,22 +91,23 @@ async def _answer(
         timeout=left,
     )
     if result.value is None or not result.value.answer.strip():
-        entry = model_entry(
-            "answer",
-            "modelAnswerSynthesis",
-            started_wall=wall,
-            started=clock,
+        error = ErrorInfo.of(result.error_code, result.error or "the answer was empty")
+        failed = AnswerActivity(
+            key="answer",
+            started=wall,
+            elapsed_ms=elapsed_ms(clock),
             usage=result.usage,
-            error=result.error or "the answer was empty",
-            error_code=result.error_code,
+            error=error,
         )
-        return {**extractive, "activity_log": [entry]}
+        return {**extractive, "activity_log": [failed]}
     answer, removed = validate_citations(result.value.answer, citable)
-    entry = model_entry(
-        "answer", "modelAnswerSynthesis", started_wall=wall, started=clock, usage=result.usage
+    entry = AnswerActivity(
+        key="answer",
+        started=wall,
+        elapsed_ms=elapsed_ms(clock),
+        usage=result.usage,
+        removed_citations=removed,
     )
-    if removed:
-        entry.record["removedCitations"] = removed
     return {
         "response": answer,
         "grounded_ref_ids": [h.ref_id for h in shown],

@@ -1,0 +1,212 @@
+"""Rendering the run's typed records into the wire shape: ``activity`` and ``references``.
+
+This is the one place that knows the Azure ``retrieve`` response's record shapes (camelCase
+keys, the ``<kind>Arguments`` object, error objects, reference types); the nodes keep typed
+records (:mod:`agentic_retrieval.state`), and ``respond`` calls these functions at the end.
+Parallel branches cannot agree on sequential ids while they run, so records are keyed by a
+stable string; :func:`render_activity` orders them by start time and assigns ids 0..n, and
+references link to those ids.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from functools import singledispatch
+from typing import Any
+
+from agentic_retrieval.llm.chat_models import Usage
+from agentic_retrieval.state import (
+    Activity,
+    AnswerActivity,
+    ErrorInfo,
+    EvidenceActivity,
+    PlanningActivity,
+    RankedHit,
+    ReasoningActivity,
+    RerankActivity,
+    RuntimeLimitActivity,
+    SearchActivity,
+)
+from agentic_retrieval.wire.models import KnowledgeSourceParams
+
+WIRE_KINDS = frozenset({"searchIndex", "azureBlob", "indexedOneLake", "web"})
+"""Knowledge-source kinds the Azure SDK (12.0.0) has typed reference models for."""
+
+
+def wire_kind(kind: str) -> str:
+    """The kind a source shows on the wire.
+
+    Our own kinds (``local``, ``langchain``...) are search indexes to a client: mapping them
+    to ``searchIndex`` lets the official SDK deserialize references as
+    ``KnowledgeBaseSearchIndexReference`` (with ``doc_key``); the real kind is kept in the
+    activity record's ``knowledgeSourceKind``.
+    """
+    return kind if kind in WIRE_KINDS else "searchIndex"
+
+
+def render_error(error: ErrorInfo) -> dict[str, str]:
+    """An error object in the wire shape."""
+    return {"code": error.code, "message": error.message}
+
+
+def render_activity(
+    entries: Iterable[Activity],
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Order records by start time, assign wire ids and render each.
+
+    Returns:
+        The wire records (``type`` and ``id`` first) and a map from record key to id.
+    """
+    ordered = sorted(entries, key=lambda e: (e.started, e.key))
+    records: list[dict[str, Any]] = []
+    ids: dict[str, int] = {}
+    for index, entry in enumerate(ordered):
+        ids[entry.key] = index
+        record = render_record(entry)
+        records.append({"type": record.pop("type"), "id": index, **record})
+    return records, ids
+
+
+@singledispatch
+def render_record(entry: Activity) -> dict[str, Any]:
+    """The wire record of one step, without ``id``."""
+    raise TypeError(f"no wire rendering for {type(entry).__name__}")
+
+
+@render_record.register
+def _search(entry: SearchActivity) -> dict[str, Any]:
+    kind = wire_kind(entry.source_kind)
+    record: dict[str, Any] = {
+        "type": kind,
+        "knowledgeSourceName": entry.source,
+        "queryTime": dt.datetime.fromtimestamp(entry.started, dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z"),
+        "count": entry.count,
+        "elapsedMs": entry.elapsed_ms,
+        f"{kind}Arguments": {"search": entry.search, "filter": entry.filter, "top": entry.top},
+    }
+    if kind != entry.source_kind:
+        record["knowledgeSourceKind"] = entry.source_kind
+    return _with_error(record, entry)
+
+
+@render_record.register
+def _planning(entry: PlanningActivity) -> dict[str, Any]:
+    record = _with_error(_model_record("modelQueryPlanning", entry, entry.usage), entry)
+    if entry.assistant_message is not None:
+        record.update(retrievalNeeded=False, assistantMessage=entry.assistant_message)
+    return record
+
+
+@render_record.register
+def _evidence(entry: EvidenceActivity) -> dict[str, Any]:
+    record = _model_record(
+        "modelEvidenceAssessment",
+        entry,
+        entry.usage,
+        isSufficient=entry.is_sufficient,
+        confidence=entry.confidence,
+        followupQueries=list(entry.followup_queries),
+    )
+    return _with_error(record, entry)
+
+
+@render_record.register
+def _answer(entry: AnswerActivity) -> dict[str, Any]:
+    record = _with_error(_model_record("modelAnswerSynthesis", entry, entry.usage), entry)
+    if entry.removed_citations:
+        record["removedCitations"] = list(entry.removed_citations)
+    return record
+
+
+@render_record.register
+def _rerank(entry: RerankActivity) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "type": "semanticReranker",
+        "reranker": entry.reranker,
+        "candidateCount": entry.candidate_count,
+        "keptCount": entry.kept_count,
+        "elapsedMs": entry.elapsed_ms,
+    }
+    if entry.usage.input_tokens:
+        record["inputTokens"] = entry.usage.input_tokens
+    if entry.usage.output_tokens:
+        record["outputTokens"] = entry.usage.output_tokens
+    return _with_error(record, entry)
+
+
+@render_record.register
+def _reasoning(entry: ReasoningActivity) -> dict[str, Any]:
+    return {
+        "type": "agenticReasoning",
+        "retrievalReasoningEffort": {"kind": entry.effort},
+        "reasoningTokens": entry.usage.reasoning_tokens,
+        "inputTokens": entry.usage.input_tokens,
+        "outputTokens": entry.usage.output_tokens,
+        "iterations": entry.iterations,
+    }
+
+
+@render_record.register
+def _runtime_limit(entry: RuntimeLimitActivity) -> dict[str, Any]:
+    return _with_error({"type": "runtimeLimit"}, entry)
+
+
+def _model_record(record_type: str, entry: Activity, usage: Usage, **fields: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "type": record_type,
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "elapsedMs": entry.elapsed_ms,
+        **fields,
+    }
+    if usage.reasoning_tokens:
+        record["reasoningTokens"] = usage.reasoning_tokens
+    return record
+
+
+def _with_error(record: dict[str, Any], entry: Activity) -> dict[str, Any]:
+    if entry.error is not None:
+        record["error"] = render_error(entry.error)
+    return record
+
+
+def render_references(
+    ranked: Sequence[RankedHit],
+    ids: Mapping[str, int],
+    params: Mapping[str, KnowledgeSourceParams],
+    kinds: Mapping[str, str],
+) -> list[dict[str, Any]]:
+    """The wire references of the passages the response is built on.
+
+    Args:
+        ranked: The grounded passages, best first.
+        ids: Activity ids by record key (from :func:`render_activity`).
+        params: The caller's per-source parameters (``includeReferences``,
+            ``includeReferenceSourceData``).
+        kinds: Each source's kind, by name.
+    """
+    references = []
+    for hit in ranked:
+        param = params.get(hit.source)
+        if param is not None and param.include_references is False:
+            continue
+        reference: dict[str, Any] = {
+            "type": wire_kind(kinds.get(hit.source, "searchIndex")),
+            "id": str(hit.ref_id),
+            "activitySource": ids.get(hit.activity_key, 0),
+            "docKey": hit.doc_key,
+            "rerankerScore": hit.final_score,
+        }
+        if param is not None and param.include_reference_source_data:
+            # metadata first: a metadata field must never replace the real key or text
+            reference["sourceData"] = {
+                **hit.metadata,
+                "docKey": hit.doc_key,
+                "title": hit.title,
+                "content": hit.content,
+            }
+        references.append(reference)
+    return references
