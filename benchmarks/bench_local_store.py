@@ -111,7 +111,9 @@ def run(size: int, work: Path, sentences: list[str], embeddings: TimedEmbeddings
     corpus = work / f"corpus{size}"
     if not corpus.exists():
         write_corpus(corpus, size, sentences)
-    source = LocalKnowledgeSource(mode, work / f"{mode}{size}.sqlite", embeddings=embeddings)
+    source = LocalKnowledgeSource(
+        mode, work / f"{mode}{size}.sqlite", embeddings=embeddings, create=True
+    )
     started = time.perf_counter()
     report = source.index([corpus])
     index_seconds = time.perf_counter() - started

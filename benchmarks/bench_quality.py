@@ -138,7 +138,7 @@ async def main() -> int:
         modes = [("lexical", None)] + ([("hybrid", model)] if model is not None else [])
         for mode, embeddings in modes:
             source = LocalKnowledgeSource(
-                "shared", Path(tmp) / f"{mode}.sqlite", embeddings=embeddings
+                "shared", Path(tmp) / f"{mode}.sqlite", embeddings=embeddings, create=True
             )
             source.index([DATA / "earth-book" / "pages", DATA / "northwind"])
             for reranker in rerankers:

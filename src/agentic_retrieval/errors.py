@@ -14,7 +14,7 @@ that catches those keeps working. The kinds:
 - :class:`ODataError`: a filter that does not parse.
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
   read into it), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
-  store file that cannot be used).
+  store file that cannot be used; :class:`StoreNotFoundError` when there is none).
 - :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
 - :class:`EvaluationError`: an evaluation's dataset (:class:`DatasetError`), configurations
   (:class:`EvalConfigurationError`) or price table (:class:`PriceTableError`).
@@ -158,6 +158,10 @@ class MissingConverterError(LoaderError):
 
 class StoreError(LocalStoreError, RuntimeError):
     """The store file is unusable (wrong schema, mismatched vector dimension...)."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """No store at the path, and the caller did not ask to create one (nothing was created)."""
 
 
 class RecordError(LocalStoreError, ValueError):

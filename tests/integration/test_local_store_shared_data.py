@@ -52,7 +52,9 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def lexical(tmp_path_factory: pytest.TempPathFactory) -> tuple[LocalKnowledgeSource, IndexReport]:
-    source = LocalKnowledgeSource("shared", tmp_path_factory.mktemp("lex") / "shared.sqlite")
+    source = LocalKnowledgeSource(
+        "shared", tmp_path_factory.mktemp("lex") / "shared.sqlite", create=True
+    )
     report = source.index([SHARED_DATA.resolve()])
     yield source, report
     source.close()
@@ -113,7 +115,7 @@ def hybrid(tmp_path_factory: pytest.TempPathFactory) -> LocalKnowledgeSource:
     from agentic_retrieval.embeddings import local_embeddings
 
     path = tmp_path_factory.mktemp("hyb") / "shared.sqlite"
-    source = LocalKnowledgeSource("shared", path, embeddings=local_embeddings())
+    source = LocalKnowledgeSource("shared", path, embeddings=local_embeddings(), create=True)
     report = source.index([SHARED_DATA.resolve()])
     assert report.failed == []
     assert source.store.has_vectors()

@@ -94,7 +94,10 @@ def knowledge_base(tmp_path: Path, standin: AzureSearchStandIn) -> Iterator[Know
         "Expense policy\n\nTravel expenses are reimbursed within thirty days.", encoding="utf-8"
     )
     handbook = LocalKnowledgeSource(
-        "handbook", tmp_path / "handbook.sqlite", description="HR handbook: vacation, expenses"
+        "handbook",
+        tmp_path / "handbook.sqlite",
+        description="HR handbook: vacation, expenses",
+        create=True,
     )
     assert handbook.index([docs]).ok
     index = AzureSearchKnowledgeSource(

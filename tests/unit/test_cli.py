@@ -52,7 +52,7 @@ def test_index_reports_files_and_chunks(tmp_path, docs):
     assert first.exit_code == 0
     lines = {line.strip("│ ").split("│")[0].strip(): line for line in first.stdout.splitlines()}
     assert "│ 2" in lines["files indexed"] and "│ 1" in lines["files failed"]
-    assert "failed: " in first.stdout and "broken.pdf" in first.stdout
+    assert f"failed: {docs / 'broken.pdf'}: " in first.stderr and "failed:" not in first.stdout
     again = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "guides", str(docs)])
     lines = {line.strip("│ ").split("│")[0].strip(): line for line in again.stdout.splitlines()}
     assert "│ 0" in lines["files indexed"] and "│ 2" in lines["files unchanged (skipped)"]
@@ -319,3 +319,50 @@ def test_embeddings_without_the_extra_changes_nothing(tmp_path, docs, monkeypatc
     )
     assert result.exit_code == 2 and "nothing was changed" in result.stderr
     assert not kb_dir.exists()
+
+
+def test_index_of_only_failing_files_exits_1_and_leaves_no_knowledge_base(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    kb_dir = tmp_path / "kb"
+    result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "guides", str(docs)])
+    assert result.exit_code == 1
+    assert f"failed: {docs / 'broken.pdf'}: " in result.stderr
+    assert "error: nothing was indexed: every file failed (1, see above)" in result.stderr
+    assert not kb_dir.exists()
+
+
+def test_index_names_unsupported_files_and_exits_1_when_none_is_supported(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.docx").write_bytes(b"PK\x03\x04 not supported")
+    (docs / "sheet.xlsx").write_bytes(b"PK\x03\x04 not supported")
+    kb_dir = tmp_path / "kb"
+    result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "guides", str(docs)])
+    assert result.exit_code == 1
+    assert f"skipped (unsupported type): {docs / 'notes.docx'}" in result.stderr
+    assert f"skipped (unsupported type): {docs / 'sheet.xlsx'}" in result.stderr
+    assert "no file of a supported type (.htm, .html, .markdown, .md, .pdf, .txt)" in result.stderr
+    assert not kb_dir.exists()
+
+
+def test_a_failed_new_source_is_removed_from_an_existing_knowledge_base(kb, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "broken.pdf").write_bytes(b"%PDF-1.4 nope")
+    result = runner.invoke(app, ["index", "--kb", str(kb), "--source", "extra", str(bad)])
+    assert result.exit_code == 1
+    manifest = json.loads((kb / "knowledge-base.json").read_text())
+    assert [s["name"] for s in manifest["sources"]] == ["guides"]
+    assert sorted(p.name for p in kb.glob("extra*")) == []
+
+
+def test_index_partial_failure_exits_0_and_strict_exits_1(tmp_path, docs):
+    (docs / "notes.docx").write_bytes(b"PK\x03\x04")
+    args = ["index", "--kb", str(tmp_path / "kb"), "--source", "guides", str(docs)]
+    assert runner.invoke(app, args).exit_code == 0
+    strict = runner.invoke(app, [*args, "--strict"])
+    assert strict.exit_code == 1
+    assert "error: --strict: some files were not indexed (see above)" in strict.stderr
+    assert "broken.pdf" in strict.stderr and "notes.docx" in strict.stderr

@@ -46,7 +46,7 @@ def make_pdf(pages: list[str]) -> bytes:
 
 @pytest.fixture
 def store(tmp_path: Path) -> LocalStore:
-    s = LocalStore(tmp_path / "index.sqlite")
+    s = LocalStore(tmp_path / "index.sqlite", create=True)
     yield s
     s.close()
 

@@ -19,7 +19,12 @@ from tests.fakes import ConceptEmbeddings, write
 
 from agentic_retrieval.odata import compile_predicate, parse_filter
 from agentic_retrieval.sources.base import FilterNotSupportedError, KnowledgeSource, SearchQuery
-from agentic_retrieval.sources.local import LocalKnowledgeSource, LocalStore, StoreError
+from agentic_retrieval.sources.local import (
+    LocalKnowledgeSource,
+    LocalStore,
+    StoreError,
+    StoreNotFoundError,
+)
 from agentic_retrieval.sources.local.store import (
     ChunkRecord,
     FileState,
@@ -53,7 +58,7 @@ def add_raw(store: LocalStore, key: str, content: str, title: str = "", **metada
 
 @pytest.fixture
 def bm25_store(tmp_path: Path) -> LocalStore:
-    store = LocalStore(tmp_path / "bm25.sqlite")
+    store = LocalStore(tmp_path / "bm25.sqlite", create=True)
     for key, text in BM25_CORPUS.items():
         add_raw(store, key, text)
     yield store
@@ -78,7 +83,7 @@ def test_bm25_matches_rank_bm25(bm25_store: LocalStore, query: str) -> None:
 
 
 def test_title_weighs_more_than_content(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "t.sqlite")
+    store = LocalStore(tmp_path / "t.sqlite", create=True)
     add_raw(store, "in-content", "a note that mentions pensions once among many other words")
     add_raw(store, "in-title", "a note about many other words entirely", title="pensions")
     assert [h.id for h in store.search("pensions")] == ["in-title", "in-content"]
@@ -174,7 +179,7 @@ FILTERS = [
 
 @pytest.fixture
 def filter_store(tmp_path: Path) -> LocalStore:
-    store = LocalStore(tmp_path / "filters.sqlite")
+    store = LocalStore(tmp_path / "filters.sqlite", create=True)
     for key, meta in FILTER_RECORDS.items():
         add_raw(store, key, f"document {key} about guides", title=f"Guide {key}", chunk=0, **meta)
     yield store
@@ -206,7 +211,7 @@ def test_filter_results_are_the_expected_ids(filter_store: LocalStore) -> None:
     "value", ["'; DROP TABLE chunks; --", "x') OR 1=1 --", '" OR ""="', "Ωμέγα ☃"]
 )
 async def test_filter_injection_is_a_literal(tmp_path: Path, value: str) -> None:
-    source = LocalKnowledgeSource("s", tmp_path / "s.sqlite")
+    source = LocalKnowledgeSource("s", tmp_path / "s.sqlite", create=True)
     add_raw(source.store, "k1", "injection target text", category="safe")
     literal = value.replace("'", "''")
     hits = await source.search(SearchQuery(text="target", filter=f"category eq '{literal}'"))
@@ -216,7 +221,7 @@ async def test_filter_injection_is_a_literal(tmp_path: Path, value: str) -> None
 
 
 async def test_invalid_filter_raises_filter_error(tmp_path: Path) -> None:
-    source = LocalKnowledgeSource("s", tmp_path / "s.sqlite")
+    source = LocalKnowledgeSource("s", tmp_path / "s.sqlite", create=True)
     with pytest.raises(FilterNotSupportedError) as info:
         await source.search(SearchQuery(text="x", filter="year eq"))
     assert "position 7" in str(info.value)
@@ -227,9 +232,11 @@ async def test_hybrid_search_finds_synonyms_lexical_misses(tmp_path: Path) -> No
     write(docs / "car.txt", "The car needs new tires before winter.")
     write(docs / "auto.txt", "Automobile insurance rules for drivers.")
     write(docs / "fee.txt", "The late fee is five euros per day.")
-    lexical = LocalKnowledgeSource("lex", tmp_path / "lex.sqlite")
+    lexical = LocalKnowledgeSource("lex", tmp_path / "lex.sqlite", create=True)
     lexical.index([docs])
-    hybrid = LocalKnowledgeSource("hyb", tmp_path / "hyb.sqlite", embeddings=ConceptEmbeddings())
+    hybrid = LocalKnowledgeSource(
+        "hyb", tmp_path / "hyb.sqlite", embeddings=ConceptEmbeddings(), create=True
+    )
     hybrid.index([docs])
     query = SearchQuery(text="automobile", top=2)
     assert [h.doc_key for h in await lexical.search(query)] == ["docs-auto-txt-0"]
@@ -245,7 +252,9 @@ async def test_hybrid_search_finds_synonyms_lexical_misses(tmp_path: Path) -> No
 async def test_vector_cache_refreshes_after_indexing(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     write(docs / "fee.txt", "The late fee is five euros per day.")
-    source = LocalKnowledgeSource("hyb", tmp_path / "h.sqlite", embeddings=ConceptEmbeddings())
+    source = LocalKnowledgeSource(
+        "hyb", tmp_path / "h.sqlite", embeddings=ConceptEmbeddings(), create=True
+    )
     source.index([docs])
     first = await source.search(SearchQuery(text="storm", top=5))
     assert [h.doc_key for h in first] == ["docs-fee-txt-0"]
@@ -256,7 +265,7 @@ async def test_vector_cache_refreshes_after_indexing(tmp_path: Path) -> None:
 
 
 def test_vector_dimension_mismatch_is_reported(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "v.sqlite")
+    store = LocalStore(tmp_path / "v.sqlite", create=True)
     state = FileState("/v/a", "a", "h", "f", 0.0, 1, 1)
     store.replace_file(state, {}, [ChunkRecord("a-0", 0, "", "text")], [[1.0, 0.0]])
     other = FileState("/v/b", "b", "h", "f", 0.0, 1, 1)
@@ -272,7 +281,9 @@ def test_reciprocal_rank_fusion() -> None:
 
 
 async def test_many_concurrent_searches(tmp_path: Path) -> None:
-    source = LocalKnowledgeSource("energy", tmp_path / "e.sqlite", description="energy notes")
+    source = LocalKnowledgeSource(
+        "energy", tmp_path / "e.sqlite", description="energy notes", create=True
+    )
     assert isinstance(source, KnowledgeSource)
     for key, text in BM25_CORPUS.items():
         add_raw(source.store, key, text)
@@ -294,7 +305,7 @@ async def test_many_concurrent_searches(tmp_path: Path) -> None:
 def test_search_from_fresh_event_loops_in_threads(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    source = LocalKnowledgeSource("energy", tmp_path / "e.sqlite")
+    source = LocalKnowledgeSource("energy", tmp_path / "e.sqlite", create=True)
     for key, text in BM25_CORPUS.items():
         add_raw(source.store, key, text)
 
@@ -308,7 +319,7 @@ def test_search_from_fresh_event_loops_in_threads(tmp_path: Path) -> None:
 
 def test_lexical_only_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="agentic_retrieval.sources.local.source")
-    source = LocalKnowledgeSource("plain", tmp_path / "p.sqlite")
+    source = LocalKnowledgeSource("plain", tmp_path / "p.sqlite", create=True)
     for _ in range(3):
         source.search_sync("anything")
     messages = [r.getMessage() for r in caplog.records if "lexical" in r.getMessage()]
@@ -319,7 +330,7 @@ INDEXER = """
 import sys
 from pathlib import Path
 from agentic_retrieval.sources.local import LocalStore, index_paths
-store = LocalStore(sys.argv[1])
+store = LocalStore(sys.argv[1], create=True)
 for i in range(int(sys.argv[3])):
     index_paths(store, [Path(sys.argv[2]) / f"doc{i:03d}.txt"])
 """
@@ -332,7 +343,7 @@ def test_reader_while_another_process_indexes(tmp_path: Path) -> None:
     for i in range(count):
         write(docs / f"doc{i:03d}.txt", f"Report {i}\n\nThe shared keyword zephyr appears. " * 3)
     db = tmp_path / "shared.sqlite"
-    store = LocalStore(db)
+    store = LocalStore(db, create=True)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     indexer = subprocess.Popen(
         [sys.executable, "-c", INDEXER, str(db), str(docs), str(count)], env=env
@@ -352,7 +363,7 @@ def test_reader_while_another_process_indexes(tmp_path: Path) -> None:
 
 
 def test_metadata_json_is_stored_with_sorted_keys(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "m.sqlite")
+    store = LocalStore(tmp_path / "m.sqlite", create=True)
     add_raw(store, "k", "text", zeta=1, alpha=2)
     raw = store._connection().execute("SELECT metadata FROM chunks").fetchone()[0]
     assert list(json.loads(raw)) == ["alpha", "title", "zeta"]
@@ -366,7 +377,7 @@ def test_large_indexes_generate_candidates_from_distinctive_terms(tmp_path, monk
     for i in range(12):
         extra = {3: "alpha beta", 7: "alpha", 9: "beta"}.get(i, "")
         (docs / f"d{i}.txt").write_text(f"common words in every note number {i}. {extra}\n")
-    source = LocalKnowledgeSource("notes", tmp_path / "notes.sqlite")
+    source = LocalKnowledgeSource("notes", tmp_path / "notes.sqlite", create=True)
     source.index([docs])
     store = source.store
     match = store_module.fts_match_expression("common alpha beta")
@@ -392,7 +403,7 @@ def test_words_inside_unspaced_cjk_text_are_found(tmp_path):
     (docs / "leave.txt").write_text("员工每个月累积两天带薪休假。\n", encoding="utf-8")
     (docs / "remote.txt").write_text("员工可以每周远程工作三天。\n", encoding="utf-8")
     (docs / "tokyo.txt").write_text("東京オフィスは午前九時に開きます。\n", encoding="utf-8")
-    source = LocalKnowledgeSource("hr", tmp_path / "hr.sqlite")
+    source = LocalKnowledgeSource("hr", tmp_path / "hr.sqlite", create=True)
     assert source.store.segmented
     source.index([docs])
     assert [h.doc_key for h in source.search_sync("带薪休假")] == ["docs-leave-txt-0"]
@@ -410,7 +421,7 @@ def test_indexes_built_before_segmentation_are_queried_as_they_were_built(tmp_pa
     import sqlite3
 
     path = tmp_path / "old.sqlite"
-    LocalKnowledgeSource("old", path).close()
+    LocalKnowledgeSource("old", path, create=True).close()
     with sqlite3.connect(path) as conn:  # the triggers of an index built before segmentation
         conn.executescript("""
             DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TRIGGER chunks_au;
@@ -437,3 +448,33 @@ def test_indexes_built_before_segmentation_are_queried_as_they_were_built(tmp_pa
 def test_a_directory_is_not_a_source_file(tmp_path):
     with pytest.raises(StoreError, match="is a directory"):
         LocalKnowledgeSource("handbook", tmp_path)
+
+
+def test_opening_a_mistyped_path_creates_nothing_and_names_it(tmp_path):
+    typo = tmp_path / "typo" / "nope.sqlite"
+    with pytest.raises(StoreNotFoundError) as info:
+        LocalKnowledgeSource("x", typo)
+    assert str(typo) in str(info.value) and "create=True" in str(info.value)
+    assert isinstance(info.value, FileNotFoundError)
+    assert list(tmp_path.iterdir()) == []  # no directory, no empty index
+
+
+def test_opening_a_foreign_sqlite_file_leaves_it_untouched(tmp_path):
+    import sqlite3
+
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    with pytest.raises(StoreError, match="not a local source index"):
+        LocalKnowledgeSource("x", other)
+    with sqlite3.connect(other) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert tables == ["users"]
+
+
+def test_an_existing_index_opens_without_create(tmp_path):
+    path = tmp_path / "s.sqlite"
+    LocalKnowledgeSource("s", path, create=True).close()
+    source = LocalKnowledgeSource("s", path)
+    assert source.search_sync("anything") == []
+    source.close()

@@ -227,7 +227,7 @@ def test_local_store_references_are_typed_search_index_references_in_the_sdk(tmp
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "leave.md").write_text("# Leave\n\nStaff get 25 vacation days a year.\n")
-    source = LocalKnowledgeSource("handbook", tmp_path / "handbook.sqlite")
+    source = LocalKnowledgeSource("handbook", tmp_path / "handbook.sqlite", create=True)
     source.index([docs])
     ours = KnowledgeBase([source]).retrieve({"intents": [{"search": "vacation days"}]})
     theirs = sdk.KnowledgeBaseRetrievalResponse(json.loads(json.dumps(ours.to_wire())))

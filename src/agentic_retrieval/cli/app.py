@@ -7,6 +7,7 @@ model for low/medium...) print one line on stderr and exit with code 2, never a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -30,11 +31,14 @@ from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import parse_filter
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
+from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.wire.models import RetrieveResponse
 from agentic_retrieval.wire.retrieve import conversation_request, prepare
 
+EXIT_FAILED = 1
 EXIT_USAGE = 2
+MAX_NAMED_IGNORED = 20
 EFFORTS = ("minimal", "low", "medium")
 OUTPUT_MODES = ("extractiveData", "answerSynthesis")
 
@@ -130,12 +134,22 @@ def index(
             "previous metadata, so repeat it when re-indexing).",
         ),
     ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Exit with code 1 when any file failed or had an unsupported type "
+            "(without it: only when nothing could be indexed).",
+        ),
+    ] = False,
 ) -> None:
     """Create or update source NAME of the knowledge base in DIR from files, folders or records.
 
     A path that no longer exists but was indexed before (a deleted file or folder) removes
     what was indexed from it; records indexed from a records file that it no longer holds are
-    removed too.
+    removed too. Files (or records) that fail and files of unsupported types are named on
+    stderr. Exit code 1 when nothing could be indexed (a new, empty source is not left
+    behind), or with --strict when any file failed or was skipped.
     """
     from agentic_retrieval.cli.indexing import (
         check_records_file,
@@ -155,11 +169,14 @@ def index(
     exists = directory.manifest_path.exists()
     if exists:
         directory.load()
-    _check_paths(paths, directory if exists and source in directory.source_names else None, source)
+    new_source = not exists or source not in directory.source_names
+    _check_paths(paths, None if new_source else directory, source)
+    created_dir = not directory.path.exists()
     if not exists:
         directory.create(name=name or _kb_name_from(kb))
     directory.add_or_update_source(source, description=description, embeddings=model)
     # the report below lists every failed file once: silence the per-file log lines
+    reports: list[IndexReport] = []
     with _quiet("agentic_retrieval.sources.local", "pypdf"):
         if paths:
             with _index_progress(f"indexing into {source}") as progress:
@@ -167,6 +184,8 @@ def index(
                     source, paths, metadata=metadata or None, progress=progress, embeddings=vectors
                 )
             _print_report(source, report)
+            _report_problems(report)
+            reports.append(report)
         if records is not None:
             with _index_progress(f"indexing records into {source}") as progress:
                 report = directory.index_records(
@@ -178,7 +197,16 @@ def index(
                     embeddings=vectors,
                 )
             _print_report(source, report, noun="records")
+            _report_problems(report, noun="records")
+            reports.append(report)
     directory.close()
+    _finish_index(
+        directory,
+        source,
+        reports,
+        strict=strict,
+        undo={"kb_created": not exists, "dir_created": created_dir} if new_source else None,
+    )
 
 
 def _check_paths(paths: list[Path], directory: KnowledgeBaseDirectory | None, source: str) -> None:
@@ -266,6 +294,55 @@ def _quiet(*names: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
+def _finish_index(
+    directory: KnowledgeBaseDirectory,
+    source: str,
+    reports: list[IndexReport],
+    *,
+    strict: bool,
+    undo: dict[str, bool] | None,
+) -> None:
+    """Exit 1 when nothing was indexed (undoing a new, empty source), or strictly on any skip."""
+    if not any(r.indexed or r.unchanged or r.deleted for r in reports):
+        if undo is not None and all(r.total_chunks == 0 for r in reports):
+            _undo_creation(directory, source, **undo)
+        raise typer.Exit(EXIT_FAILED)
+    if strict and any(r.failed or r.ignored for r in reports):
+        err.print("error: --strict: some files were not indexed (see above)")
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _report_problems(report: IndexReport, noun: str = "files") -> None:
+    """Name every failure and unsupported file on stderr, then say when nothing was indexed."""
+    for failure in report.failed:
+        err.print(f"failed: {failure.path}: {failure.reason}", markup=False, soft_wrap=True)
+    for path in report.ignored[:MAX_NAMED_IGNORED]:
+        err.print(f"skipped (unsupported type): {path}", markup=False, soft_wrap=True)
+    if len(report.ignored) > MAX_NAMED_IGNORED:
+        err.print(f"skipped {len(report.ignored) - MAX_NAMED_IGNORED} more unsupported files")
+    if report.indexed or report.unchanged or report.deleted:
+        return
+    if report.failed:
+        why = f"every one of the {noun} failed ({len(report.failed)}, see above)"
+    elif noun == "records":
+        why = "the records file holds no record"
+    else:
+        why = f"no file of a supported type ({', '.join(sorted(SUPPORTED_EXTENSIONS))}) was found"
+    err.print(f"error: nothing was indexed: {why}", markup=False, soft_wrap=True)
+
+
+def _undo_creation(
+    directory: KnowledgeBaseDirectory, source: str, *, kb_created: bool, dir_created: bool
+) -> None:
+    """Remove the empty source (and knowledge base) this run created, so none is left behind."""
+    directory.remove_source(source)
+    if kb_created:
+        directory.manifest_path.unlink(missing_ok=True)
+    if dir_created:
+        with contextlib.suppress(OSError):  # not empty: something else lives there now
+            directory.path.rmdir()
+
+
 def _print_report(source: str, report: IndexReport, noun: str = "files") -> None:
     table = Table(title=f"source {source}", show_header=False)
     rows = [
@@ -283,8 +360,6 @@ def _print_report(source: str, report: IndexReport, noun: str = "files") -> None
     for label, value in rows:
         table.add_row(label, str(value))
     out.print(table)
-    for failure in report.failed:
-        out.print(f"failed: {failure.path}: {failure.reason}", markup=False)
     out.print(f"{report.elapsed_seconds:.2f} s")
 
 

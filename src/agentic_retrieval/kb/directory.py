@@ -45,7 +45,12 @@ from agentic_retrieval.embeddings import (
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import EmbeddingsConfigError
 from agentic_retrieval.errors import KnowledgeBaseDirectoryError as KnowledgeBaseDirectoryError
-from agentic_retrieval.sources.local import IndexReport, LocalKnowledgeSource, ProgressCallback
+from agentic_retrieval.sources.local import (
+    IndexReport,
+    LocalKnowledgeSource,
+    ProgressCallback,
+    StoreError,
+)
 from agentic_retrieval.sources.local.records import RecordFields
 
 MANIFEST_NAME = "knowledge-base.json"
@@ -216,6 +221,23 @@ class KnowledgeBaseDirectory:
                 "re-index first"
             )
 
+    def remove_source(self, name: str) -> None:
+        """Drop a source from the manifest and delete its index file.
+
+        Raises:
+            KnowledgeBaseDirectoryError: Unknown source name.
+        """
+        entry = self._entry(name)
+        with self._lock:
+            source = self._open.pop(name, None)
+            if source is not None:
+                source.close()
+            del self._entries[name]
+        self._save()
+        database = self.path / entry.database
+        for leftover in (database, *(Path(f"{database}{s}") for s in ("-wal", "-shm"))):
+            leftover.unlink(missing_ok=True)
+
     def open_sources(self, embeddings: EmbeddingsChoice = None) -> list[LocalKnowledgeSource]:
         """Open every source (once; later calls return the same objects).
 
@@ -252,9 +274,13 @@ class KnowledgeBaseDirectory:
             resolved = _resolve_embeddings(entry, embeddings, for_indexing=create)
             try:
                 source = LocalKnowledgeSource(
-                    entry.name, database, description=entry.description, embeddings=resolved
+                    entry.name,
+                    database,
+                    description=entry.description,
+                    embeddings=resolved,
+                    create=create,
                 )
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, StoreError) as exc:
                 raise KnowledgeBaseDirectoryError(
                     f"source {name!r}: {database} is not a readable index ({exc}); delete it "
                     "and index the source again"

@@ -8,7 +8,7 @@ from agentic_retrieval.sources.local.ingest import (
     index_paths,
 )
 from agentic_retrieval.sources.local.source import LocalKnowledgeSource
-from agentic_retrieval.sources.local.store import LocalStore, StoreError
+from agentic_retrieval.sources.local.store import LocalStore, StoreError, StoreNotFoundError
 
 __all__ = [
     "FileFailure",
@@ -18,5 +18,6 @@ __all__ = [
     "LocalStore",
     "ProgressCallback",
     "StoreError",
+    "StoreNotFoundError",
     "index_paths",
 ]

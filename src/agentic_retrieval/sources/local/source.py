@@ -35,12 +35,18 @@ class LocalKnowledgeSource:
 
     Args:
         name: The source name (``knowledgeSourceName``).
-        path: The SQLite file (created if missing).
+        path: The SQLite file.
         description: What the source holds (the planner reads it).
         embeddings: A LangChain ``Embeddings`` for hybrid search and for embedding chunks at
             ingest; ``None`` for a lexical-only source.
         chunk_size: Chunk length used by :meth:`index`.
         overlap: Chunk overlap used by :meth:`index`.
+        create: Create the file when it is missing (to :meth:`index` into it). Without it,
+            opening a source never creates anything.
+
+    Raises:
+        StoreNotFoundError: ``path`` does not exist and ``create`` is false.
+        StoreError: ``path`` is not a local source index.
     """
 
     kind = "local"
@@ -54,13 +60,14 @@ class LocalKnowledgeSource:
         embeddings: Embeddings | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         overlap: int = DEFAULT_OVERLAP,
+        create: bool = False,
     ) -> None:
         self.name = name
         self.description = description
         self.embeddings = embeddings
         self.chunk_size = chunk_size
         self.overlap = overlap
-        self.store = LocalStore(path)
+        self.store = LocalStore(path, create=create)
         if embeddings is None:
             logger.info("local source %r has no embeddings: lexical (BM25) search only", name)
 

@@ -36,6 +36,7 @@ import numpy as np
 
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import StoreError as StoreError
+from agentic_retrieval.errors import StoreNotFoundError as StoreNotFoundError
 from agentic_retrieval.odata import Expr, to_sql
 
 logger = logging.getLogger(__name__)
@@ -234,25 +235,43 @@ class LocalStore:
     """A SQLite-backed chunk index with BM25 and optional dense-vector search.
 
     Args:
-        path: The database file (created with its parent directory if missing).
+        path: The database file.
+        create: Create the file (and its parent directories) when it is missing. Without it,
+            opening never creates anything: a mistyped path is an error, not a new empty
+            index.
+
+    Raises:
+        StoreNotFoundError: ``path`` does not exist and ``create`` is false.
+        StoreError: ``path`` is a directory, or a file that is not a local source index.
 
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, create: bool = False) -> None:
         self.path = Path(path)
         if self.path.is_dir():
             raise StoreError(
                 f"{self.path} is a directory: a local source is one SQLite file (e.g. "
                 f"{self.path / 'handbook.sqlite'}); for a knowledge-base directory use "
-                "KnowledgeBaseDirectory or kb_loader.open_knowledge_base"
+                "KnowledgeBaseDirectory or kb.loader.open_knowledge_base"
             )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            if not create:
+                raise StoreNotFoundError(
+                    f"no local source index at {self.path} (nothing was created): check the "
+                    "path, or pass create=True to start a new one"
+                )
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._vectors = _VectorCache()
         self._vector_lock = threading.Lock()
         self._closed = False
+        if not create and not self._is_store():
+            raise StoreError(
+                f"{self.path} is not a local source index (it has no chunks table); "
+                "nothing was changed"
+            )
         self._connection().executescript(_SCHEMA)
         trigger = (
             self._connection()
@@ -294,6 +313,14 @@ class LocalStore:
             with self._lock:
                 self._connections.append(conn)
         return conn
+
+    def _is_store(self) -> bool:
+        row = (
+            self._connection()
+            .execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chunks'")
+            .fetchone()
+        )
+        return row is not None
 
     def _write(self) -> _Transaction:
         return _Transaction(self._connection())
