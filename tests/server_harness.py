@@ -154,7 +154,7 @@ SHARED_DATA_QUESTIONS = [
     "What can PerksPlus reimburse?",
     "How are hurricanes observed from space?",
     "What is the deductible in Northwind Standard?",
-    "What do city lights at night show?",
+    "Which satellite captured the volcanic plumes over the South Sandwich Islands?",
     "Which roles report to the chief executive?",
 ]
 """Questions over ../shared/data used by the load test and the load benchmark."""

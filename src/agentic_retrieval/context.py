@@ -26,6 +26,10 @@ from langgraph.runtime import Runtime
 from agentic_retrieval import prompts
 
 MODEL_STRING = "a 'provider:model' string"
+DEFAULT_RERANKER_THRESHOLD = 2.5
+"""Azure's default ``rerankerThreshold``; the lexical fallback reranker is calibrated so that it
+means the same there (``benchmarks/README.md``, "Calibration and the default threshold")."""
+
 ReasoningEffortKind = Literal["minimal", "low", "medium"]
 OutputMode = Literal["extractiveData", "answerSynthesis"]
 
@@ -109,10 +113,11 @@ class Context:
         metadata={"description": "Ranked chunks kept after reranking.", "ge": 1, "le": 200},
     )
     reranker_threshold: float | None = field(
-        default=None,
+        default=DEFAULT_RERANKER_THRESHOLD,
         metadata={
-            "description": "Drop candidates scoring under this on the 0-4 scale "
-            "(a source's rerankerThreshold overrides it).",
+            "description": "Drop candidates scoring under this on the 0-4 scale, as Azure "
+            "does (a source's rerankerThreshold overrides it; 0 or None keeps every "
+            "candidate).",
             "ge": 0.0,
             "le": 4.0,
         },

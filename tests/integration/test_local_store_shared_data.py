@@ -121,3 +121,33 @@ def hybrid(tmp_path_factory: pytest.TempPathFactory) -> LocalKnowledgeSource:
     assert source.store.has_vectors()
     yield source
     source.close()
+
+
+async def test_a_question_the_documents_do_not_answer_gets_no_confident_reference(
+    lexical: tuple[LocalKnowledgeSource, IndexReport],
+) -> None:
+    from agentic_retrieval import Context, KnowledgeBase
+
+    source, _ = lexical
+    question = {"intents": [{"search": "How many vacation days do I get?"}]}  # the README's
+    response = await KnowledgeBase([source]).aretrieve(question)
+    assert response.references == [] and response.text == "[]"
+    unfiltered = KnowledgeBase([source], defaults=Context(reranker_threshold=None))
+    best = (await unfiltered.aretrieve(question)).references[0]
+    assert best.reranker_score is not None and 2.0 < best.reranker_score < 2.5
+
+
+@pytest.mark.parametrize(("question", "chunk_id", "phrase", "page"), QUESTIONS)
+async def test_answer_passage_passes_the_default_threshold(
+    lexical: tuple[LocalKnowledgeSource, IndexReport],
+    question: str,
+    chunk_id: str,
+    phrase: str,
+    page: int | None,
+) -> None:
+    from agentic_retrieval import KnowledgeBase
+
+    source, _ = lexical
+    response = await KnowledgeBase([source]).aretrieve({"intents": [{"search": question}]})
+    assert chunk_id in [ref.doc_key for ref in response.references]
+    assert all(ref.reranker_score >= 2.5 for ref in response.references)

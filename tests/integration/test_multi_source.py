@@ -22,7 +22,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from tests.fakes import EARTH_DOCUMENTS
 from tests.integration.azure_standin import AzureSearchStandIn, index_definition
 
-from agentic_retrieval import KnowledgeBase, RetrieveResponse
+from agentic_retrieval import Context, KnowledgeBase, RetrieveResponse
 from agentic_retrieval.sources.azure import AzureSearchKnowledgeSource
 from agentic_retrieval.sources.langchain import LangChainKnowledgeSource
 from agentic_retrieval.sources.local.source import LocalKnowledgeSource
@@ -115,7 +115,10 @@ def knowledge_base(tmp_path: Path, standin: AzureSearchStandIn) -> Iterator[Know
     store.add_documents(NOTES)
     notes = LangChainKnowledgeSource("earth-notes", store, description="Field notes")
     model = ScriptedChatModel(script={"QueryPlan": [PLAN]})
-    yield KnowledgeBase([handbook, index, notes], chat_model=model)
+    # no threshold: these tests follow every hit, weak ones included, to the source that found it
+    yield KnowledgeBase(
+        [handbook, index, notes], chat_model=model, defaults=Context(reranker_threshold=None)
+    )
     handbook.close()
     index.close()
 

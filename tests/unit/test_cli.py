@@ -104,7 +104,7 @@ def test_retrieve_filter_restricts_results(kb):
             "--json",
             "--filter",
             "file_name eq 'parking.md'",
-            "ferry parking",
+            "parking",
         ],
     )
     assert result.exit_code == 0, result.output

@@ -51,12 +51,12 @@ def test_minimal_with_messages_uses_last_user_message(toy_source):
     kb = KnowledgeBase([toy_source])
     response = kb.retrieve(
         {
-            "messages": [user("hello"), user("when do trams stop running on saturday")],
+            "messages": [user("hello"), user("until when do trams run on saturdays")],
             "retrievalReasoningEffort": {"kind": "minimal"},
         }
     )
     search = response.activity[0].model_extra["searchIndexArguments"]["search"]
-    assert search == "when do trams stop running on saturday"
+    assert search == "until when do trams run on saturdays"
     assert response.references[0].doc_key == "hours"
 
 
@@ -474,11 +474,29 @@ def test_reranker_threshold_drops_weak_candidates(toy_source):
     response = kb.retrieve(
         {
             "intents": [{"search": "tram day pass"}],
-            "knowledgeSourceParams": [{"knowledgeSourceName": "transit", "rerankerThreshold": 2.5}],
+            "knowledgeSourceParams": [{"knowledgeSourceName": "transit", "rerankerThreshold": 3.0}],
         }
     )
     assert [r.doc_key for r in response.references] == ["fares"]
-    assert all(r.reranker_score >= 2.5 for r in response.references)
+    assert all(r.reranker_score >= 3.0 for r in response.references)
+
+
+def test_the_default_threshold_is_azures_2_5_and_0_keeps_every_candidate(toy_source):
+    kb = KnowledgeBase([toy_source])
+    by_default = kb.retrieve({"intents": [{"search": "tram day pass"}]})
+    assert [(r.doc_key, r.reranker_score) for r in by_default.references] == [
+        ("fares", 3.5979),
+        ("lost", 2.7773),
+    ]  # "hours" (1.90: trams, but no day pass) is dropped
+    everything = kb.retrieve(
+        {
+            "intents": [{"search": "tram day pass"}],
+            "knowledgeSourceParams": [{"knowledgeSourceName": "transit", "rerankerThreshold": 0}],
+        }
+    )
+    assert [r.doc_key for r in everything.references] == ["fares", "lost", "hours"]
+    unset = KnowledgeBase([toy_source], defaults=Context(reranker_threshold=None))
+    assert len(unset.retrieve({"intents": [{"search": "tram day pass"}]}).references) == 3
 
 
 def test_include_activity_false_omits_activity(toy_source):

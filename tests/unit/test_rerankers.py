@@ -429,3 +429,26 @@ async def test_lexical_reranker_blends_each_sources_own_ranking():
     assert flat[0] == flat[1] == flat[2]
     with pytest.raises(ValueError, match="rank_weight"):
         LexicalReranker(rank_weight=1.5)
+
+
+def test_lexical_calibration_puts_the_measured_knot_at_azures_threshold():
+    from agentic_retrieval.rerankers.lexical import CALIBRATION_KNOT, calibrate
+
+    assert calibrate(0.0) == 0.0 and calibrate(4.0) == 4.0
+    assert calibrate(CALIBRATION_KNOT) == pytest.approx(2.5)
+    assert calibrate(1.05) == pytest.approx(1.25)  # half the knot: half of 2.5
+    assert calibrate(3.05) == pytest.approx(3.25)  # half way from the knot to 4
+    values = [calibrate(i / 100) for i in range(401)]
+    assert values == sorted(values)
+
+
+async def test_lexical_scores_are_the_calibrated_blend_in_the_same_order():
+    from agentic_retrieval.rerankers.lexical import LexicalReranker, calibrate
+
+    hits = [
+        Hit(doc_key="a", content="The night tram runs hourly after midnight.", source="s"),
+        Hit(doc_key="b", content="Bikes dock at every station.", source="s", score=-1),
+    ]
+    reranker = LexicalReranker()
+    blends = reranker.blend("night tram hours", hits)
+    assert await reranker.ascore("night tram hours", hits) == [calibrate(b) for b in blends]

@@ -1,6 +1,7 @@
 """The default reranker when no model is available: query-term coverage blended with rank.
 
-Mapping to the 0-4 scale: ``4 × ((1 - r) × coverage + r × k / (k + rank))``, where ``rank``
+Mapping to the 0-4 scale, in two steps. The *blend* is ``4 × ((1 - r) × coverage + r × k /
+(k + rank))``, where ``rank``
 is the candidate's position in its own source's result list (0 = the source's best hit;
 sources rank on different scales, so positions, not scores, are compared), ``k = 10`` and the
 rank weight ``r = 0.3``. The source's ranking (BM25, or BM25 and vectors fused) knows
@@ -14,9 +15,20 @@ a BM25-style saturation of its frequency normalised by passage length (so a pass
 term beats one that mentions it once among much else); ``0.5`` when the term is only in the
 title (chunks of one document share its title, so a title match alone says little about the
 chunk); ``0`` otherwise. A passage containing every distinctive query term that its source
-ranks first scores 3.3-4; one sharing only common words, ranked low, scores near 0. It needs
-no model and is deterministic: a sensible floor. The embedding, cross-encoder and LLM
-rerankers judge meaning, not words.
+ranks first blends to 3.3-4; one sharing only common words, ranked low, near 0.
+
+The blend orders candidates; *calibration* then gives the number the meaning of Azure's
+scale, so that ``rerankerThreshold`` (default 2.5, as Azure's) keeps what answers and drops
+what does not: two linear pieces through ``(0, 0)``, ``(CALIBRATION_KNOT, 2.5)`` and
+``(4, 4)``. The knot is the blend that best separated questions a corpus answers from
+questions it does not on labelled tuning questions (``benchmarks/bench_calibration.py``,
+recorded in ``benchmarks/README.md`` with held-out figures): on held-out questions the passage
+that answers scores a median of about 3.2 ("relevant"), the best candidate of a question the
+corpus cannot answer about 2.2 ("related, answers little"), and other candidates about 1
+("barely related"). Calibration is monotone, so the ranking is the blend's.
+
+It needs no model and is deterministic: a sensible floor. The embedding, cross-encoder and
+LLM rerankers judge meaning, not words.
 """
 
 from __future__ import annotations
@@ -36,6 +48,9 @@ K1, B = 1.2, 0.75
 """BM25 saturation constants for the frequency part."""
 RANK_WEIGHT = 0.3
 RANK_K = 10
+CALIBRATION_KNOT = 2.10
+"""The blend that calibrates to :data:`CALIBRATED_THRESHOLD` (measured: see the module doc)."""
+CALIBRATED_THRESHOLD = 2.5
 
 
 class LexicalReranker:
@@ -57,7 +72,11 @@ class LexicalReranker:
         return self.score(query, hits)
 
     def score(self, query: str, hits: Sequence[Hit]) -> list[float]:
-        """Synchronous :meth:`ascore`."""
+        """Synchronous :meth:`ascore`: the calibrated blend."""
+        return [calibrate(value) for value in self.blend(query, hits)]
+
+    def blend(self, query: str, hits: Sequence[Hit]) -> list[float]:
+        """The uncalibrated coverage and rank blend on 0-4 (it orders like :meth:`score`)."""
         coverage = self.coverage(query, hits)
         ranks = _source_ranks(hits)
         weight = self.rank_weight
@@ -98,6 +117,15 @@ class LexicalReranker:
                     matched += weight * TITLE_ONLY
             scores.append(clamp_score(4.0 * matched / total))
         return scores
+
+
+def calibrate(blend: float, knot: float = CALIBRATION_KNOT) -> float:
+    """Map a blend onto Azure's scale: linear through (0, 0), (knot, 2.5) and (4, 4)."""
+    blend = clamp_score(blend)
+    if blend <= knot:
+        return CALIBRATED_THRESHOLD * blend / knot
+    top = 4.0 - CALIBRATED_THRESHOLD
+    return clamp_score(CALIBRATED_THRESHOLD + top * (blend - knot) / (4.0 - knot))
 
 
 def _source_ranks(hits: Sequence[Hit]) -> list[int]:
