@@ -31,7 +31,7 @@ def jsonl(path: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture
 def source(tmp_path):
-    opened = LocalKnowledgeSource("s", tmp_path / "s.sqlite")
+    opened = LocalKnowledgeSource("s", tmp_path / "s.sqlite", create=True)
     yield opened
     opened.close()
 
@@ -157,7 +157,7 @@ async def test_documents_from_langchain_loaders_and_deletes(tmp_path, source):
 
 async def test_records_are_embedded_in_batches_for_hybrid_search(tmp_path):
     embeddings = ConceptEmbeddings()
-    source = LocalKnowledgeSource("s", tmp_path / "h.sqlite", embeddings=embeddings)
+    source = LocalKnowledgeSource("s", tmp_path / "h.sqlite", embeddings=embeddings, create=True)
     rows = [{"_id": f"r{i}", "text": f"plain filler record number {i}"} for i in range(100)]
     rows.append({"_id": "car", "text": "The automobile needs new tires."})
     report = source.add_documents(rows)

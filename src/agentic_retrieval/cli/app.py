@@ -323,7 +323,7 @@ def _report_problems(report: IndexReport, noun: str = "files") -> None:
     if report.indexed or report.unchanged or report.deleted:
         return
     if report.failed:
-        why = f"every one of the {noun} failed ({len(report.failed)}, see above)"
+        why = f"every {noun.removesuffix('s')} failed ({len(report.failed)}, see above)"
     elif noun == "records":
         why = "the records file holds no record"
     else:
