@@ -34,6 +34,9 @@ class Configuration:
         top_n: Ranked chunks kept (1-200); documents are folded from them.
         output_mode: ``extractiveData`` or ``answerSynthesis`` (needs a model).
         label: A name for tables and file names (default: built from the fields).
+        reranker_threshold: Drop candidates scoring under this (0-4). ``None`` (the default
+            here, unlike a knowledge base's 2.5) keeps whole rankings, so rank metrics such as
+            R@100 measure ranking, not the threshold; set it to measure a threshold's cost.
     """
 
     effort: str = "minimal"
@@ -42,6 +45,7 @@ class Configuration:
     top_n: int = DEFAULT_TOP_N
     output_mode: str = "extractiveData"
     label: str | None = None
+    reranker_threshold: float | None = None
 
     def __post_init__(self) -> None:
         """Reject unknown values with the allowed ones."""
@@ -75,6 +79,8 @@ class Configuration:
         parts.append(f"top{self.top_n}")
         if self.output_mode == "answerSynthesis":
             parts.append("answer")
+        if self.reranker_threshold is not None:
+            parts.append(f"threshold{self.reranker_threshold:g}")
         return "/".join(parts)
 
     @property
@@ -98,6 +104,7 @@ class Configuration:
             search_top=max(base.search_top, self.top_n),
             max_output_size=EVAL_MAX_OUTPUT_SIZE,
             max_output_tokens=None,
+            reranker_threshold=self.reranker_threshold,
         )
 
 
