@@ -221,23 +221,6 @@ class KnowledgeBaseDirectory:
                 "re-index first"
             )
 
-    def remove_source(self, name: str) -> None:
-        """Drop a source from the manifest and delete its index file.
-
-        Raises:
-            KnowledgeBaseDirectoryError: Unknown source name.
-        """
-        entry = self._entry(name)
-        with self._lock:
-            source = self._open.pop(name, None)
-            if source is not None:
-                source.close()
-            del self._entries[name]
-        self._save()
-        database = self.path / entry.database
-        for leftover in (database, *(Path(f"{database}{s}") for s in ("-wal", "-shm"))):
-            leftover.unlink(missing_ok=True)
-
     def open_sources(self, embeddings: EmbeddingsChoice = None) -> list[LocalKnowledgeSource]:
         """Open every source (once; later calls return the same objects).
 

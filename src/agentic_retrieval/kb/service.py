@@ -246,7 +246,7 @@ class ServiceDirectory:
                 if current is None and new_store is not None:
                     # created inside the transaction: a crash leaves an orphan, never a
                     # definition without its file
-                    LocalStore(self.path / STORES_DIR / new_store).close()
+                    LocalStore(self.path / STORES_DIR / new_store, create=True).close()
                     created_file = True
                 store = current.store if current is not None else new_store
                 stored = _upsert(conn, kind, name, body, store, current)
