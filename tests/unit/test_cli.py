@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentic_retrieval.cli import app
+from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.wire.models import RetrieveResponse
 
 runner = CliRunner()
@@ -336,14 +337,15 @@ def test_index_of_only_failing_files_exits_1_and_leaves_no_knowledge_base(tmp_pa
 def test_index_names_unsupported_files_and_exits_1_when_none_is_supported(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "notes.docx").write_bytes(b"PK\x03\x04 not supported")
-    (docs / "sheet.xlsx").write_bytes(b"PK\x03\x04 not supported")
+    (docs / "photo.png").write_bytes(b"\x89PNG not supported")
+    (docs / "tool.exe").write_bytes(b"MZ not supported")
     kb_dir = tmp_path / "kb"
     result = runner.invoke(app, ["index", "--kb", str(kb_dir), "--source", "guides", str(docs)])
     assert result.exit_code == 1
-    assert f"skipped (unsupported type): {docs / 'notes.docx'}" in result.stderr
-    assert f"skipped (unsupported type): {docs / 'sheet.xlsx'}" in result.stderr
-    assert "no file of a supported type (.htm, .html, .markdown, .md, .pdf, .txt)" in result.stderr
+    assert f"skipped (unsupported type): {docs / 'photo.png'}" in result.stderr
+    assert f"skipped (unsupported type): {docs / 'tool.exe'}" in result.stderr
+    supported = ", ".join(sorted(SUPPORTED_EXTENSIONS))
+    assert f"nothing was indexed: no file of a supported type ({supported})" in result.stderr
     assert not kb_dir.exists()
 
 
@@ -359,10 +361,10 @@ def test_a_failed_new_source_is_removed_from_an_existing_knowledge_base(kb, tmp_
 
 
 def test_index_partial_failure_exits_0_and_strict_exits_1(tmp_path, docs):
-    (docs / "notes.docx").write_bytes(b"PK\x03\x04")
+    (docs / "photo.png").write_bytes(b"\x89PNG")
     args = ["index", "--kb", str(tmp_path / "kb"), "--source", "guides", str(docs)]
     assert runner.invoke(app, args).exit_code == 0
     strict = runner.invoke(app, [*args, "--strict"])
     assert strict.exit_code == 1
     assert "error: --strict: some files were not indexed (see above)" in strict.stderr
-    assert "broken.pdf" in strict.stderr and "notes.docx" in strict.stderr
+    assert "broken.pdf" in strict.stderr and "photo.png" in strict.stderr
