@@ -2,21 +2,30 @@
 
 Built from the environment, with no network and no API key:
 
-- ``AGENTIC_RETRIEVAL_KB``: a knowledge-base directory (``agentic-retrieval index``); else the
+- ``AGENTIC_RETRIEVAL_KB``: a knowledge-base directory (``agentic-retrieval index``), a
+  relative path being relative to the directory ``langgraph dev`` was started in; else the
   bundled sample corpus, indexed once into ``<cache>/sample-kb`` (see
   :func:`agentic_retrieval.kb.loader.default_cache_dir`); if the cache cannot be written, an
   in-memory source over the same files.
 - ``AGENTIC_RETRIEVAL_CHAT_MODEL``: the ``provider:model`` used at effort low/medium (runs at
   effort ``minimal`` need none; set it in Studio's configuration panel per run).
+
+When the configuration cannot work (no knowledge base at that path, an unknown reranker...),
+the dev server stops with one line saying why, instead of a traceback and a server whose
+worker is dead.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import signal
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from agentic_retrieval.errors import AgenticRetrievalError, KnowledgeBaseDirectoryError
 from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.kb.loader import (
     build_sample_kb,
@@ -31,10 +40,22 @@ KB_ENV_VAR = "AGENTIC_RETRIEVAL_KB"
 
 
 def make_graph() -> Any:
-    """Build the graph Studio serves, from ``$AGENTIC_RETRIEVAL_KB`` or the sample corpus."""
+    """Build the graph Studio serves, from ``$AGENTIC_RETRIEVAL_KB`` or the sample corpus.
+
+    Raises:
+        AgenticRetrievalError: The configuration cannot work; the message says what to fix.
+    """
     configured = os.environ.get(KB_ENV_VAR)
     if configured:
-        return open_knowledge_base(configured).graph
+        path = Path(configured).expanduser().resolve()  # against the user's directory
+        try:
+            return open_knowledge_base(path).graph
+        except KnowledgeBaseDirectoryError as exc:
+            raise KnowledgeBaseDirectoryError(
+                f"{KB_ENV_VAR}={configured}: {exc} (a relative path is relative to the "
+                f"directory langgraph dev was started in, here {Path.cwd()}; create one with "
+                f"'agentic-retrieval index --kb {path} --source NAME FILES...')"
+            ) from exc
     try:
         directory = build_sample_kb()
     except OSError as exc:
@@ -68,4 +89,27 @@ def _document(path: Path, folder: str) -> dict[str, str]:
     return {"key": f"{folder}-{path.stem}", "title": title, "content": text}
 
 
-graph = make_graph()
+def _stop_serving(reason: str) -> NoReturn:
+    """Print one line and stop the dev server (not only this worker).
+
+    Raising would print the server's traceback and leave ``langgraph dev``'s reloader running
+    a dead worker; exiting here leaves one line. Under the reloader this process is a worker:
+    its parent (the ``langgraph dev`` process) is asked to shut down too.
+    """
+    sys.stderr.write(f"agentic-retrieval Studio: {reason}\n")
+    sys.stderr.flush()
+    if multiprocessing.parent_process() is not None:
+        os.kill(os.getppid(), signal.SIGTERM)
+    os._exit(2)
+
+
+def _graph_for_server() -> Any:
+    try:
+        return make_graph()
+    except AgenticRetrievalError as exc:
+        if "langgraph_api" not in sys.modules:  # imported directly (a test, a script): raise
+            raise
+        _stop_serving(str(exc))
+
+
+graph = _graph_for_server()

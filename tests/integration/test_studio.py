@@ -1,8 +1,9 @@
 """``langgraph dev`` serves the graph named in ``langgraph.json``, offline.
 
 A run created through langgraph-sdk on a small knowledge base returns references. The server
-runs from the repository root (as a user runs it; its ``.langgraph_api/`` is git-ignored)
-with tracing and the version check off and no LangSmith key.
+runs as a user runs it from their own project: started in a directory outside the checkout
+(``--config`` pointing at the checkout's ``langgraph.json``) with ``AGENTIC_RETRIEVAL_KB``
+relative to that directory; tracing and the version check off and no LangSmith key.
 """
 
 from __future__ import annotations
@@ -43,43 +44,47 @@ def small_kb(root: Path) -> Path:
     return root / "kb"
 
 
-@pytest.fixture(scope="module")
-def dev_server(tmp_path_factory):
-    if LANGGRAPH is None:
-        pytest.skip("langgraph-cli[inmem] is not installed (it is in the dev extra)")
-    from tests.server_harness import free_port
-
-    root = tmp_path_factory.mktemp("studio")
-    port = free_port()
+def start_dev(cwd: Path, kb: str, port: int, *, reload: bool) -> subprocess.Popen[bytes]:
+    """``langgraph dev`` started in ``cwd`` (its own process group; output in cwd/dev.log)."""
     env = {
         **os.environ,
-        "AGENTIC_RETRIEVAL_KB": str(small_kb(root)),
+        "AGENTIC_RETRIEVAL_KB": kb,
         "LANGSMITH_TRACING": "false",
         "LANGCHAIN_TRACING_V2": "false",
         "LANGGRAPH_NO_VERSION_CHECK": "true",
         "LANGSMITH_API_KEY": "",
         "AGENTIC_RETRIEVAL_CHAT_MODEL": "",
     }
-    log = (root / "dev.log").open("w")
-    process = subprocess.Popen(
-        [
-            LANGGRAPH,
-            "dev",
-            "--no-browser",
-            "--no-reload",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--config",
-            str(REPO / "langgraph.json"),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    args = [LANGGRAPH or "langgraph", "dev", "--no-browser", "--host", "127.0.0.1"]
+    args += ["--port", str(port), "--config", str(REPO / "langgraph.json")]
+    if not reload:
+        args.append("--no-reload")
+    with (cwd / "dev.log").open("w") as log:
+        return subprocess.Popen(
+            args, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory):
+    if LANGGRAPH is None:
+        pytest.skip("langgraph-cli[inmem] is not installed (it is in the dev extra)")
+    from tests.server_harness import free_port
+
+    root = tmp_path_factory.mktemp("studio")  # the user's project, not the checkout
+    small_kb(root)
+    port = free_port()
+    process = start_dev(root, "./kb", port, reload=False)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
@@ -97,14 +102,29 @@ def dev_server(tmp_path_factory):
             time.sleep(0.5)
         yield url
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(5)
-        log.close()
+        stop(process)
+
+
+def test_a_knowledge_base_that_is_not_there_stops_the_server_with_one_line(tmp_path):
+    if LANGGRAPH is None:
+        pytest.skip("langgraph-cli[inmem] is not installed (it is in the dev extra)")
+    from tests.server_harness import free_port
+
+    process = start_dev(tmp_path, "./my-kb", free_port(), reload=True)  # as the README runs it
+    try:
+        process.wait(STARTUP_SECONDS)  # the reloader and its worker both stop
+    finally:
+        stop(process)
+    output = (tmp_path / "dev.log").read_text()
+    ours = [line for line in output.splitlines() if "agentic-retrieval" in line]
+    assert ours == [
+        f"agentic-retrieval Studio: AGENTIC_RETRIEVAL_KB=./my-kb: no knowledge base directory "
+        f"at {tmp_path / 'my-kb'} (a relative path is relative to the directory langgraph dev "
+        f"was started in, here {tmp_path}; create one with 'agentic-retrieval index --kb "
+        f"{tmp_path / 'my-kb'} --source NAME FILES...')"
+    ]
+    assert "Traceback" not in output
+    assert not (tmp_path / "my-kb").exists()  # reading never creates
 
 
 async def test_a_run_through_langgraph_sdk_returns_references(dev_server):
