@@ -11,7 +11,8 @@ that catches those keeps working. The kinds:
   built, an Azure index that does not match its source.
 - :class:`SourceError`: a knowledge source failed (the graph turns it into an error activity
   record); :class:`FilterNotSupportedError` when it cannot apply a filter.
-- :class:`ODataError`: a filter that does not parse.
+- :class:`ODataError`: a filter that does not parse; :class:`FilterFieldError` one that names
+  a field its source does not have, or compares a field with the wrong kind of value.
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
   read into it), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
   store file that cannot be used; :class:`StoreNotFoundError` when there is none).
@@ -139,6 +140,21 @@ class ODataError(AgenticRetrievalError, ValueError):
         self.detail = detail
         self.text = text
         super().__init__(f"Invalid OData filter at position {position}: {detail}")
+
+
+class FilterFieldError(ODataError):
+    """A filter names a field its source does not have, or compares one with the wrong kind.
+
+    For example ``year eq '2024'`` where ``year`` holds numbers. The message names the valid
+    fields and their kinds.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, 0)
+        self.args = (f"Invalid OData filter: {detail}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 # --- the embedded store --------------------------------------------------------------------

@@ -25,10 +25,11 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentic_retrieval.errors import AgenticRetrievalError, ODataError
+from agentic_retrieval.errors import AgenticRetrievalError, FilterFieldError, ODataError
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
-from agentic_retrieval.odata import parse_filter
+from agentic_retrieval.odata import Expr, check_fields, parse_filter
+from agentic_retrieval.sources.base import TypedFilterableKnowledgeSource
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
@@ -392,12 +393,15 @@ def retrieve(
 
     _check_choice("--effort", effort, EFFORTS)
     _check_choice("--output-mode", output_mode, OUTPUT_MODES)
+    expr = None
     if filter_text:
         try:
-            parse_filter(filter_text)
+            expr = parse_filter(filter_text)
         except ODataError as exc:
             raise UserError(f"--filter: {exc}") from None
     knowledge_base = open_knowledge_base(kb, sources=source)
+    if expr is not None:
+        check_filter_fields(knowledge_base, expr)
     request = build_request(
         knowledge_base, question, effort, output_mode, filter_text, source_data=not as_json
     )
@@ -408,6 +412,29 @@ def retrieve(
     with err.status("retrieving…") as status:
         response = run_retrieve(knowledge_base, request, on_event=_status_updater(status))
     render_response(response, question)
+
+
+def check_filter_fields(kb: KnowledgeBase, expr: Expr) -> None:
+    """Reject a ``--filter`` naming a field (or kind of value) a searched source does not have.
+
+    Raises:
+        UserError: Naming the source and its fields; when other sources know the field, how
+            to search only those (``--source``).
+    """
+    problems = {}
+    for name, source in kb.sources.items():
+        if isinstance(source, TypedFilterableKnowledgeSource):
+            try:
+                check_fields(expr, source.filter_schema())
+            except FilterFieldError as exc:
+                problems[name] = exc.detail
+    if not problems:
+        return
+    name, detail = next(iter(problems.items()))
+    fitting = [n for n in kb.sources if n not in problems]
+    hint = f"; it fits {', '.join(fitting)}: search only there with --source" if fitting else ""
+    where = f" in source '{name}'" if len(kb.sources) > 1 else ""
+    raise UserError(f"--filter{where}: {detail}{hint}")
 
 
 def _check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> None:

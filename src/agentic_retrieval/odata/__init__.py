@@ -44,6 +44,13 @@ from agentic_retrieval.odata.ast import (
 )
 from agentic_retrieval.odata.compose import and_filters
 from agentic_retrieval.odata.evaluate import compile_predicate, evaluate_filter
+from agentic_retrieval.odata.fields import (
+    FieldKind,
+    FieldSchema,
+    FilterFieldError,
+    check_fields,
+    describe_schema,
+)
 from agentic_retrieval.odata.parser import parse_filter
 from agentic_retrieval.odata.sql import to_sql
 
@@ -57,13 +64,18 @@ __all__ = [
     "Constant",
     "Expr",
     "Field",
+    "FieldKind",
+    "FieldSchema",
+    "FilterFieldError",
     "Literal",
     "Not",
     "ODataError",
     "Or",
     "SearchIn",
     "and_filters",
+    "check_fields",
     "compile_predicate",
+    "describe_schema",
     "evaluate_filter",
     "parse_filter",
     "to_sql",

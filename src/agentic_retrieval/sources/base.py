@@ -4,7 +4,12 @@ A knowledge source answers one query at a time: ``await source.search(SearchQuer
 returns a ranked list of :class:`Hit` (:class:`KnowledgeSource`, the one required protocol).
 A source may also offer optional capabilities, each declared here as its own protocol that
 the graph checks with ``isinstance``: :class:`FilterableKnowledgeSource` names the metadata
-fields its OData filters accept, so the planner can write filters on them.
+fields its OData filters accept, so the planner can write filters on them;
+:class:`TypedFilterableKnowledgeSource` also knows each field's kinds of value, so a caller's
+filter naming an unknown field or comparing one with the wrong kind of value is rejected
+before the search (HTTP 400, exit code 2) instead of silently matching nothing. A source
+without that knowledge (a LangChain store, Azure AI Search, which validates filters itself)
+gets the filter as written: its own error, if any, becomes an error activity record.
 
 The graph runs one search per (subquery, source) pair concurrently, so implementations must
 be safe to call from several tasks at once. A source signals failure by raising; the graph
@@ -22,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import FilterNotSupportedError as FilterNotSupportedError
 from agentic_retrieval.errors import SourceError as SourceError
+from agentic_retrieval.odata.fields import FieldSchema
 
 
 class SearchQuery(BaseModel):
@@ -96,4 +102,17 @@ class FilterableKnowledgeSource(KnowledgeSource, Protocol):
     @property
     def filterable_fields(self) -> Sequence[str]:
         """Metadata field names usable in this source's filters."""
+        ...
+
+
+@runtime_checkable
+class TypedFilterableKnowledgeSource(FilterableKnowledgeSource, Protocol):
+    """Optional capability: a source that knows the kinds of value each filterable field holds.
+
+    Callers check filters against :meth:`filter_schema` with
+    :func:`agentic_retrieval.odata.check_fields` before searching.
+    """
+
+    def filter_schema(self) -> FieldSchema:
+        """Each filterable field with the kinds of value it holds."""
         ...

@@ -25,8 +25,8 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import Role
-from agentic_retrieval.odata import ODataError, parse_filter
-from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.odata import ODataError, check_fields, parse_filter
+from agentic_retrieval.sources.base import KnowledgeSource, TypedFilterableKnowledgeSource
 from agentic_retrieval.state import InputState, planner_for
 from agentic_retrieval.wire.models import (
     ActivityRecord,
@@ -107,8 +107,8 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
 
     Raises:
         UnknownKnowledgeSourceError: A named source does not exist.
-        InvalidRequestError: A ``filterAddOn`` does not parse, or no chat model is
-            configured for an effort/output mode that needs one.
+        InvalidRequestError: A ``filterAddOn`` does not parse or does not fit its source's
+            fields, or no chat model is configured for an effort/output mode that needs one.
     """
     sources = bindings.sources
     for params in request.knowledge_source_params or []:
@@ -119,8 +119,11 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
                 f"{', '.join(sources) or 'none'})"
             )
         if params.filter_add_on:
+            source = sources[params.knowledge_source_name]
             try:
-                parse_filter(params.filter_add_on)
+                expr = parse_filter(params.filter_add_on)
+                if isinstance(source, TypedFilterableKnowledgeSource):
+                    check_fields(expr, source.filter_schema())
             except ODataError as exc:
                 raise InvalidRequestError(
                     f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"

@@ -10,7 +10,14 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval.odata import Expr, ODataError, parse_filter
+from agentic_retrieval.odata import (
+    Expr,
+    FieldKind,
+    FieldSchema,
+    ODataError,
+    check_fields,
+    parse_filter,
+)
 from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
@@ -24,6 +31,25 @@ from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.sources.local.store import LocalStore, StoredHit
 
 logger = logging.getLogger(__name__)
+
+STORE_FIELDS: dict[str, frozenset[FieldKind]] = {
+    "source_path": frozenset({"string"}),
+    "file_name": frozenset({"string"}),
+    "title": frozenset({"string"}),
+    "chunk": frozenset({"number"}),
+    "page": frozenset({"number", "null"}),
+}
+"""The fields ingestion sets on every chunk (``page`` on paged documents only)."""
+_KINDS: dict[str, FieldKind] = {
+    "integer": "number",
+    "real": "number",
+    "text": "string",
+    "true": "boolean",
+    "false": "boolean",
+    "null": "null",
+    "array": "collection",
+    "object": "object",
+}
 
 
 class LocalKnowledgeSource:
@@ -76,11 +102,26 @@ class LocalKnowledgeSource:
         """The SQLite file."""
         return self.store.path
 
+    @property
+    def filterable_fields(self) -> list[str]:
+        """The metadata fields filters may name: the store's own and every ingested field."""
+        return sorted(self.filter_schema())
+
+    def filter_schema(self) -> FieldSchema:
+        """Each filterable field with the kinds of value the indexed chunks hold in it."""
+        schema: dict[str, frozenset[FieldKind]] = dict(STORE_FIELDS)
+        for name, types in self.store.metadata_kinds().items():
+            schema[name] = frozenset(_KINDS[t] for t in types if t in _KINDS) | schema.get(
+                name, frozenset()
+            )
+        return schema
+
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return at most ``query.top`` hits for ``query``, best first.
 
         Raises:
-            FilterNotSupportedError: When ``query.filter`` is not a valid OData filter.
+            FilterNotSupportedError: When ``query.filter`` is not a valid OData filter, names
+                a field the source does not have, or compares one with the wrong kind of value.
         """
         filter_expr = self._parse_filter(query.filter)
         return await asyncio.to_thread(self.search_sync, query.text, query.top, filter_expr)
@@ -179,9 +220,11 @@ class LocalKnowledgeSource:
         if text is None or not text.strip():
             return None
         try:
-            return parse_filter(text)
+            expr = parse_filter(text)
+            check_fields(expr, self.filter_schema())
         except ODataError as exc:
             raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
+        return expr
 
     def _to_hit(self, hit: StoredHit) -> Hit:
         return Hit(

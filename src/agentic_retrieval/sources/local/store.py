@@ -266,6 +266,8 @@ class LocalStore:
         self._lock = threading.Lock()
         self._vectors = _VectorCache()
         self._vector_lock = threading.Lock()
+        self._kinds: tuple[int, dict[str, frozenset[str]]] = (-1, {})
+        self._kinds_lock = threading.Lock()
         self._closed = False
         if not create and not self._is_store():
             raise StoreError(
@@ -455,6 +457,26 @@ class LocalStore:
     def count_chunks(self) -> int:
         """Return the number of chunks in the index."""
         return int(self._connection().execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def metadata_kinds(self) -> dict[str, frozenset[str]]:
+        """Every top-level metadata field of the chunks, with the JSON types of its values.
+
+        Types are SQLite's ``json_type`` names (``integer``, ``real``, ``text``, ``true``,
+        ``false``, ``null``, ``array``, ``object``). Computed by one scan of the chunks (about
+        10 µs per chunk) once per write generation, then cached for every thread.
+        """
+        generation = self.generation()
+        with self._kinds_lock:
+            if self._kinds[0] == generation:
+                return dict(self._kinds[1])
+            rows = self._connection().execute(
+                "SELECT DISTINCT j.key, j.type FROM chunks c, json_each(c.metadata) j"
+            )
+            kinds: dict[str, set[str]] = {}
+            for key, kind in rows:
+                kinds.setdefault(str(key), set()).add(str(kind))
+            self._kinds = (generation, {k: frozenset(v) for k, v in kinds.items()})
+            return dict(self._kinds[1])
 
     def has_vectors(self) -> bool:
         """Whether any chunk carries a vector."""
