@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from agentic_retrieval import KnowledgeBase
 from agentic_retrieval.cli import app
-from agentic_retrieval.errors import FilterNotSupportedError, InvalidRequestError
+from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.odata import FilterFieldError, check_fields, parse_filter
 from agentic_retrieval.server import ServerSettings, create_app
@@ -138,12 +138,23 @@ def test_the_embedded_store_knows_its_fields_and_kinds(source):
         "title": frozenset({"string"}),
         "year": frozenset({"number"}),
     }
-    assert source.filterable_fields == sorted(source.filter_schema())
 
 
-async def test_the_source_rejects_a_filter_on_an_unknown_field(source):
-    with pytest.raises(FilterNotSupportedError, match=r"handbook: .*unknown field 'yaer'"):
-        await source.search(SearchQuery(text="vacation", filter="yaer ge 2024"))
+def test_fields_are_recorded_as_written_and_recovered_for_older_indexes(source, tmp_path):
+    import sqlite3
+
+    source.close()
+    with sqlite3.connect(tmp_path / "h.sqlite") as conn:  # an index from before the table
+        conn.execute("DELETE FROM fields")
+        conn.execute("DELETE FROM meta WHERE key = 'fields_recorded'")
+    reopened = LocalKnowledgeSource("handbook", tmp_path / "h.sqlite")
+    assert reopened.filter_schema()["audited"] == frozenset({"boolean"})
+    reopened.close()
+
+
+async def test_the_source_searches_a_field_it_lacks_as_null(source):
+    # another source of the same knowledge base may hold the field: no error, no match
+    assert await source.search(SearchQuery(text="vacation", filter="price lt 10")) == []
     hits = await source.search(SearchQuery(text="vacation", filter="year ge 2025"))
     assert [h.doc_key for h in hits] == ["leave-md-0"]
 
@@ -217,10 +228,10 @@ def kb_dir(tmp_path):
             "error: --filter: field 'year' holds numbers: write year eq 2024, without quotes\n",
         ),
         (
-            ["--filter", "year ge 2024"],
-            "error: --filter in source 'fleet': unknown field 'year'; the fields are: chunk "
-            "(number), file_name (string), page (number), source_path (string), title "
-            "(string); it fits handbook: search only there with --source\n",
+            ["--filter", "yaer ge 2024"],  # both sources: the fields of either
+            "error: --filter: unknown field 'yaer' (did you mean 'year'?); the fields are: "
+            "chunk (number), file_name (string), page (number), source_path (string), "
+            "title (string), year (number)\n",
         ),
     ],
 )
@@ -243,6 +254,25 @@ def test_the_cli_runs_a_filter_that_fits(kb_dir):
             "minimal",
             "--source",
             "handbook",
+            "--json",
+            "--filter",
+            "year ge 2025",
+            "vacation days",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert [r["docKey"] for r in json.loads(result.stdout)["references"]] == ["hr-leave-md-0"]
+
+
+def test_a_field_one_source_has_filters_the_others_to_nothing(kb_dir):
+    result = runner.invoke(
+        app,
+        [
+            "retrieve",
+            "--kb",
+            str(kb_dir),
+            "--effort",
+            "minimal",
             "--json",
             "--filter",
             "year ge 2025",

@@ -35,7 +35,7 @@ from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.wire.models import RetrieveResponse
-from agentic_retrieval.wire.retrieve import conversation_request, prepare
+from agentic_retrieval.wire.retrieve import conversation_request, known_fields, prepare
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -415,26 +415,17 @@ def retrieve(
 
 
 def check_filter_fields(kb: KnowledgeBase, expr: Expr) -> None:
-    """Reject a ``--filter`` naming a field (or kind of value) a searched source does not have.
+    """Reject a ``--filter`` naming a field no searched source has, or a value of a wrong kind.
 
     Raises:
-        UserError: Naming the source and its fields; when other sources know the field, how
-            to search only those (``--source``).
+        UserError: Naming the fields the searched sources have and their kinds.
     """
-    problems = {}
-    for name, source in kb.sources.items():
-        if isinstance(source, TypedFilterableKnowledgeSource):
-            try:
-                check_fields(expr, source.filter_schema())
-            except FilterFieldError as exc:
-                problems[name] = exc.detail
-    if not problems:
+    if not any(isinstance(s, TypedFilterableKnowledgeSource) for s in kb.sources.values()):
         return
-    name, detail = next(iter(problems.items()))
-    fitting = [n for n in kb.sources if n not in problems]
-    hint = f"; it fits {', '.join(fitting)}: search only there with --source" if fitting else ""
-    where = f" in source '{name}'" if len(kb.sources) > 1 else ""
-    raise UserError(f"--filter{where}: {detail}{hint}")
+    try:
+        check_fields(expr, known_fields(kb.sources))
+    except FilterFieldError as exc:
+        raise UserError(f"--filter: {exc.detail}") from None
 
 
 def _check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> None:

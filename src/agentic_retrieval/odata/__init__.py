@@ -50,6 +50,7 @@ from agentic_retrieval.odata.fields import (
     FilterFieldError,
     check_fields,
     describe_schema,
+    merge_schemas,
 )
 from agentic_retrieval.odata.parser import parse_filter
 from agentic_retrieval.odata.sql import to_sql
@@ -77,6 +78,7 @@ __all__ = [
     "compile_predicate",
     "describe_schema",
     "evaluate_filter",
+    "merge_schemas",
     "parse_filter",
     "to_sql",
 ]

@@ -60,6 +60,15 @@ def check_fields(expr: Expr, schema: FieldSchema) -> None:
     _Checker(schema).check(expr, frozenset())
 
 
+def merge_schemas(*schemas: FieldSchema) -> dict[str, frozenset[FieldKind]]:
+    """One schema for a filter sent to several sources: every field of any, with every kind."""
+    merged: dict[str, frozenset[FieldKind]] = {}
+    for schema in schemas:
+        for name, kinds in schema.items():
+            merged[name] = merged.get(name, frozenset()) | kinds
+    return merged
+
+
 def describe_schema(schema: FieldSchema) -> str:
     """``chunk (number), title (string), year (number)``: the fields and their kinds."""
     parts = []

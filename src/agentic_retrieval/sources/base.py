@@ -106,11 +106,12 @@ class FilterableKnowledgeSource(KnowledgeSource, Protocol):
 
 
 @runtime_checkable
-class TypedFilterableKnowledgeSource(FilterableKnowledgeSource, Protocol):
+class TypedFilterableKnowledgeSource(KnowledgeSource, Protocol):
     """Optional capability: a source that knows the kinds of value each filterable field holds.
 
     Callers check filters against :meth:`filter_schema` with
-    :func:`agentic_retrieval.odata.check_fields` before searching.
+    :func:`agentic_retrieval.odata.check_fields` before searching: a filter for several
+    sources against the union of their schemas (a field may exist in one source only).
     """
 
     def filter_schema(self) -> FieldSchema:

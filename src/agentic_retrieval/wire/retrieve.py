@@ -25,7 +25,13 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import Role
-from agentic_retrieval.odata import ODataError, check_fields, parse_filter
+from agentic_retrieval.odata import (
+    FieldSchema,
+    ODataError,
+    check_fields,
+    merge_schemas,
+    parse_filter,
+)
 from agentic_retrieval.sources.base import KnowledgeSource, TypedFilterableKnowledgeSource
 from agentic_retrieval.state import InputState, planner_for
 from agentic_retrieval.wire.models import (
@@ -119,11 +125,12 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
                 f"{', '.join(sources) or 'none'})"
             )
         if params.filter_add_on:
-            source = sources[params.knowledge_source_name]
             try:
                 expr = parse_filter(params.filter_add_on)
-                if isinstance(source, TypedFilterableKnowledgeSource):
-                    check_fields(expr, source.filter_schema())
+                if isinstance(
+                    sources[params.knowledge_source_name], TypedFilterableKnowledgeSource
+                ):
+                    check_fields(expr, known_fields(sources))
             except ODataError as exc:
                 raise InvalidRequestError(
                     f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"
@@ -133,6 +140,21 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
             bindings.models.resolve(role, context)  # builds it: surfaces bad config
         except ValueError as exc:  # ModelNotConfiguredError, ModelUnavailableError
             raise InvalidRequestError(str(exc)) from exc
+
+
+def known_fields(sources: Mapping[str, KnowledgeSource]) -> FieldSchema:
+    """The fields filters may name: those of every source that knows its fields, merged.
+
+    A filter may name a field only some sources have (the others hold no such value and
+    match nothing), so a field is unknown only when no source of the knowledge base has it.
+    """
+    return merge_schemas(
+        *(
+            s.filter_schema()
+            for s in sources.values()
+            if isinstance(s, TypedFilterableKnowledgeSource)
+        )
+    )
 
 
 def _model_roles(request: RetrieveRequest, context: Context) -> list[Role]:

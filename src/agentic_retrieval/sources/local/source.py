@@ -15,7 +15,6 @@ from agentic_retrieval.odata import (
     FieldKind,
     FieldSchema,
     ODataError,
-    check_fields,
     parse_filter,
 )
 from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
@@ -102,13 +101,13 @@ class LocalKnowledgeSource:
         """The SQLite file."""
         return self.store.path
 
-    @property
-    def filterable_fields(self) -> list[str]:
-        """The metadata fields filters may name: the store's own and every ingested field."""
-        return sorted(self.filter_schema())
-
     def filter_schema(self) -> FieldSchema:
-        """Each filterable field with the kinds of value the indexed chunks hold in it."""
+        """Each filterable field with the kinds of value the indexed chunks hold in it.
+
+        Callers check their filters against it before searching
+        (:func:`agentic_retrieval.odata.check_fields`); ``search`` does not, as a field this
+        source lacks may belong to another source searched with the same filter.
+        """
         schema: dict[str, frozenset[FieldKind]] = dict(STORE_FIELDS)
         for name, types in self.store.metadata_kinds().items():
             schema[name] = frozenset(_KINDS[t] for t in types if t in _KINDS) | schema.get(
@@ -120,8 +119,7 @@ class LocalKnowledgeSource:
         """Return at most ``query.top`` hits for ``query``, best first.
 
         Raises:
-            FilterNotSupportedError: When ``query.filter`` is not a valid OData filter, names
-                a field the source does not have, or compares one with the wrong kind of value.
+            FilterNotSupportedError: When ``query.filter`` is not a valid OData filter.
         """
         filter_expr = self._parse_filter(query.filter)
         return await asyncio.to_thread(self.search_sync, query.text, query.top, filter_expr)
@@ -220,11 +218,9 @@ class LocalKnowledgeSource:
         if text is None or not text.strip():
             return None
         try:
-            expr = parse_filter(text)
-            check_fields(expr, self.filter_schema())
+            return parse_filter(text)
         except ODataError as exc:
             raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
-        return expr
 
     def _to_hit(self, hit: StoredHit) -> Hit:
         return Hit(

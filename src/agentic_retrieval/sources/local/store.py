@@ -100,6 +100,11 @@ CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE OF title, content ON chunks 
     INSERT INTO chunks_fts(rowid, title, content)
     VALUES (new.rid, fts_segment(new.title), fts_segment(new.content));
 END;
+CREATE TABLE IF NOT EXISTS fields (
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    PRIMARY KEY (name, kind)
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
@@ -107,6 +112,9 @@ INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 
 RECORD_PREFIX = "record:"
 """Path (and slug) prefix of the ``files`` rows that hold records rather than files."""
+
+_FIELDS_OF_CHUNKS = "SELECT DISTINCT j.key, j.type FROM chunks c, json_each(c.metadata) j"
+"""The (field, JSON type) pairs of chunk metadata; recorded in ``fields`` as chunks are written."""
 
 SELECTIVE_MIN_CHUNKS = 20_000
 """Index size from which candidate generation skips very common query terms."""
@@ -266,8 +274,6 @@ class LocalStore:
         self._lock = threading.Lock()
         self._vectors = _VectorCache()
         self._vector_lock = threading.Lock()
-        self._kinds: tuple[int, dict[str, frozenset[str]]] = (-1, {})
-        self._kinds_lock = threading.Lock()
         self._closed = False
         if not create and not self._is_store():
             raise StoreError(
@@ -289,6 +295,10 @@ class LocalStore:
                     "INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('rank', ?)",
                     (f"bm25({TITLE_WEIGHT}, {CONTENT_WEIGHT})",),
                 )
+            scanned = conn.execute("SELECT 1 FROM meta WHERE key = 'fields_recorded'")
+            if scanned.fetchone() is None:  # an index written before fields were recorded
+                conn.execute(f"INSERT OR IGNORE INTO fields(name, kind) {_FIELDS_OF_CHUNKS}")
+                conn.execute("INSERT INTO meta(key, value) VALUES ('fields_recorded', '1')")
 
     # ------------------------------------------------------------------ connections
 
@@ -459,24 +469,17 @@ class LocalStore:
         return int(self._connection().execute("SELECT count(*) FROM chunks").fetchone()[0])
 
     def metadata_kinds(self) -> dict[str, frozenset[str]]:
-        """Every top-level metadata field of the chunks, with the JSON types of its values.
+        """Every top-level metadata field written to the chunks, with its values' JSON types.
 
         Types are SQLite's ``json_type`` names (``integer``, ``real``, ``text``, ``true``,
-        ``false``, ``null``, ``array``, ``object``). Computed by one scan of the chunks (about
-        10 µs per chunk) once per write generation, then cached for every thread.
+        ``false``, ``null``, ``array``, ``object``). Recorded by every write (in the ``fields``
+        table), so reading them is one small query; a field stays known after the last chunk
+        holding it is deleted.
         """
-        generation = self.generation()
-        with self._kinds_lock:
-            if self._kinds[0] == generation:
-                return dict(self._kinds[1])
-            rows = self._connection().execute(
-                "SELECT DISTINCT j.key, j.type FROM chunks c, json_each(c.metadata) j"
-            )
-            kinds: dict[str, set[str]] = {}
-            for key, kind in rows:
-                kinds.setdefault(str(key), set()).add(str(kind))
-            self._kinds = (generation, {k: frozenset(v) for k, v in kinds.items()})
-            return dict(self._kinds[1])
+        kinds: dict[str, set[str]] = {}
+        for name, kind in self._connection().execute("SELECT name, kind FROM fields"):
+            kinds.setdefault(str(name), set()).add(str(kind))
+        return {name: frozenset(found) for name, found in kinds.items()}
 
     def has_vectors(self) -> bool:
         """Whether any chunk carries a vector."""
@@ -543,6 +546,10 @@ class LocalStore:
                     )
                     for c, blob in zip(chunks, blobs, strict=True)
                 ],
+            )
+            conn.execute(
+                f"INSERT OR IGNORE INTO fields(name, kind) {_FIELDS_OF_CHUNKS} WHERE c.file_id = ?",
+                (file_id,),
             )
             if vectors:
                 conn.execute(
