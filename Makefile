@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # (pulled by sentence-transformers) would download a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint venv install install-dev clean
+.PHONY: demo test lint notebooks venv install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: install-dev
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# execute every notebook and save its outputs (tests/test_notebooks.py checks they match)
+notebooks: install-dev
+	$(BIN)/python tests/test_notebooks.py --write
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

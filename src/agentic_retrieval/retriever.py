@@ -21,6 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from pydantic import ConfigDict
 
 from agentic_retrieval.context import Context
+from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.graph.sync import run_sync
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
@@ -103,6 +104,8 @@ class KnowledgeBaseRetriever(BaseRetriever):
         return await self._aget(query, run_manager.get_child(), int(kwargs.get("k", self.k)))
 
     async def _aget(self, query: str, callbacks: Any, k: int) -> list[Document]:
+        if not query.strip():
+            raise InvalidRequestError("query is empty: give the text to retrieve documents for")
         kb = self.knowledge_base
         # keep at least k ranked chunks so k documents can come back
         defaults = dataclasses.replace(kb.defaults, top_n=min(200, max(kb.defaults.top_n, k)))

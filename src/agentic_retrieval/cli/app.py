@@ -34,10 +34,12 @@ from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
-from agentic_retrieval.wire.models import RetrieveResponse
+from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS, RetrieveResponse
 from agentic_retrieval.wire.retrieve import conversation_request, known_fields, prepare
 
 EXIT_FAILED = 1
+PREVIEW_CHARS = 400
+"""Characters of each grounding chunk shown by ``retrieve`` (whole words)."""
 EXIT_USAGE = 2
 MAX_NAMED_IGNORED = 20
 EFFORTS = ("minimal", "low", "medium")
@@ -51,7 +53,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # one message, one line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,7 +121,7 @@ def index(
         typer.Option(
             "--embeddings",
             help="Index vectors for hybrid search with this model: 'local' (bundled "
-            "all-MiniLM-L6-v2, [local] extra) or 'provider:model' (LangChain init_embeddings, "
+            "all-MiniLM-L6-v2, the local extra) or 'provider:model' (LangChain init_embeddings, "
             "e.g. openai:text-embedding-3-small).",
         ),
     ] = None,
@@ -393,6 +395,13 @@ def retrieve(
 
     _check_choice("--effort", effort, EFFORTS)
     _check_choice("--output-mode", output_mode, OUTPUT_MODES)
+    if not question.strip():
+        raise UserError("QUESTION is empty: give the question to retrieve for")
+    if effort == "minimal" and output_mode == "answerSynthesis":
+        raise UserError(
+            "--output-mode answerSynthesis writes an answer with a chat model: it cannot run "
+            "with --effort minimal (use low or medium)"
+        )
     expr = None
     if filter_text:
         try:
@@ -542,23 +551,22 @@ def _render_searches(activity: list[dict[str, Any]]) -> None:
 
 
 def _render_references(response: RetrieveResponse, top: int | None) -> None:
+    """Each reference: ref_id, score and docKey on one line, then title and page.
+
+    Not a table: a docKey is an id to copy, and a table squeezed into 80 columns (piped
+    output) broke it mid-word.
+    """
     grounded = {str(c.get("ref_id")): c for c in _grounding(response.text)}
-    table = Table(title="References (ranked)", title_justify="left")
-    for column in ("rank", "ref_id", "docKey", "score", "title", "page"):
-        table.add_column(column, overflow="fold")
-    for rank, ref in enumerate(response.references[:top] if top else response.references, 1):
+    shown = response.references[:top] if top else response.references
+    out.print(f"[bold]References (ranked):[/bold] {len(response.references)}")
+    for ref in shown:
         score = "" if ref.reranker_score is None else f"{ref.reranker_score:.2f}"
         data = ref.source_data or grounded.get(ref.id, {})
         page = data.get("page")
-        table.add_row(
-            str(rank),
-            ref.id,
-            ref.doc_key or "",
-            score,
-            str(data.get("title") or ""),
-            "" if page is None else str(page),
-        )
-    out.print(table)
+        out.print(f"  [{ref.id}] {score:>4}  {ref.doc_key or ''}", markup=False)
+        where = str(data.get("title") or "") + ("" if page is None else f", page {page}")
+        if where:
+            out.print(f"            {where}", markup=False)
 
 
 def _render_text(response: RetrieveResponse) -> None:
@@ -566,9 +574,13 @@ def _render_text(response: RetrieveResponse) -> None:
     if text.lstrip().startswith("["):
         chunks = _grounding(text)
         out.print(f"[bold]Grounding data:[/bold] {len(chunks)} chunks, {len(text)} characters")
-        for chunk in chunks[:3]:
-            snippet = " ".join(str(chunk.get("content", "")).split())[:240]
-            out.print(f"  [{chunk.get('ref_id')}] {snippet}…", markup=False)
+        for chunk in chunks:
+            snippet = " ".join(str(chunk.get("content", "")).split())
+            if len(snippet) > PREVIEW_CHARS:
+                snippet = snippet[:PREVIEW_CHARS].rsplit(" ", 1)[0] + " …"
+            out.print(f"  [{chunk.get('ref_id')}] {snippet}", markup=False)
+        if chunks:
+            out.print("(--json prints the whole grounding text)")
     else:
         out.print("[bold]Answer:[/bold]")
         out.print(Markdown(text))
@@ -636,7 +648,14 @@ def serve(
     if not settings.keys().enabled:
         err.print("warning: no API key configured; the server accepts every request")
     where = f"http://{host}:{port}"
-    err.print(f"serving {', '.join(names) or 'no knowledge base yet'} on {where}")
+    if not names:
+        err.print(f"serving no knowledge base yet on {where}")
+    for name in names:
+        base = f"{where}/knowledgebases/{name}"
+        err.print(
+            f"serving {name}: POST {base}/retrieve?api-version={SUPPORTED_API_VERSIONS[0]}"
+            f" (MCP: {base}/mcp)"
+        )
     if data is not None:
         err.print(f"managing {data} at {where}/indexes, /knowledgesources, /knowledgebases")
     if workers == 1:

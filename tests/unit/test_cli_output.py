@@ -1,0 +1,95 @@
+"""What a new user reads from the command line: help, piped output, banners, mistakes."""
+
+from __future__ import annotations
+
+import pytest
+from tests.fakes import write
+from typer.testing import CliRunner
+
+from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
+from agentic_retrieval.cli import app
+from agentic_retrieval.errors import InvalidRequestError
+
+runner = CliRunner()
+LONG_NAME = "northwind-standard-benefits-details-and-exclusions"
+
+
+@pytest.fixture
+def kb(tmp_path):
+    docs = tmp_path / "docs"
+    for i in range(4):
+        write(
+            docs / f"{LONG_NAME}-{i}.md",
+            f"# Deductible {i}\n\n" + "The yearly deductible is 2000 dollars per person. " * 20,
+        )
+    result = runner.invoke(
+        app, ["index", "--kb", str(tmp_path / "kb"), "--source", "plans", str(docs)]
+    )
+    assert result.exit_code == 0, result.output
+    return tmp_path / "kb"
+
+
+@pytest.mark.parametrize("command", [[], ["index"], ["retrieve"], ["serve"], ["eval"]])
+def test_help_shows_no_type_placeholders(command):
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0
+    assert "<bool>" not in result.stdout and "<str>" not in result.stdout
+    assert "{paths}" not in result.stdout and "<list[" not in result.stdout
+
+
+def test_piped_output_keeps_doc_keys_whole_and_previews_every_chunk(kb):
+    result = runner.invoke(
+        app,
+        ["retrieve", "--kb", str(kb), "--effort", "minimal", "yearly deductible per person"],
+        env={"COLUMNS": "80"},  # what a pipe gets
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    keys = [f"docs-{LONG_NAME}-{i}-md-0" for i in range(4)]
+    for key in keys:  # each on one line, unbroken
+        assert any(line.strip().endswith(key) for line in lines), key
+    previews = [line for line in lines if line.startswith("  [") and "deductible" in line]
+    assert len(previews) == 4  # every chunk, not the first 3
+    assert all(len(line) <= len("  [0] ") + 400 + 2 for line in previews)
+    assert all(line.endswith(" …") for line in previews)  # cut at a word, and says so
+    assert "(--json prints the whole grounding text)" in lines
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["  "], "error: QUESTION is empty: give the question to retrieve for\n"),
+        (
+            ["--effort", "minimal", "--output-mode", "answerSynthesis", "deductible?"],
+            "error: --output-mode answerSynthesis writes an answer with a chat model: it cannot "
+            "run with --effort minimal (use low or medium)\n",
+        ),
+    ],
+)
+def test_mistakes_speak_the_command_lines_language(kb, args, message):
+    result = runner.invoke(app, ["retrieve", "--kb", str(kb), *args])
+    assert result.exit_code == 2
+    assert result.stderr == message
+    assert "'messages'" not in result.stderr and "retrievalReasoningEffort" not in result.stderr
+
+
+def test_serve_names_the_urls_to_call(kb, monkeypatch):
+    import uvicorn
+
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: calls.append(k))
+    result = runner.invoke(app, ["serve", "--kb", str(kb), "--port", "0", "--api-key", "k1"])
+    assert result.exit_code == 0, result.output
+    assert calls and calls[0]["port"] == 0
+    assert (
+        "serving kb: POST http://127.0.0.1:0/knowledgebases/kb/retrieve?api-version=2026-04-01 "
+        "(MCP: http://127.0.0.1:0/knowledgebases/kb/mcp)"
+    ) in result.stderr
+    assert "<name>" not in result.stderr
+
+
+def test_the_retriever_names_its_own_argument():
+    kb = KnowledgeBase([InMemoryKnowledgeSource("a", [{"key": "k", "content": "x"}])])
+    with pytest.raises(InvalidRequestError) as info:
+        kb.as_retriever().invoke("  ")
+    assert str(info.value) == "query is empty: give the text to retrieve documents for"
