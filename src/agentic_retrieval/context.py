@@ -38,12 +38,14 @@ OutputMode = Literal["extractiveData", "answerSynthesis"]
 class Context:
     """Configuration of one retrieval run."""
 
-    reasoning_effort: ReasoningEffortKind = field(
-        default="low",
+    reasoning_effort: ReasoningEffortKind | None = field(
+        default=None,
         metadata={
             "description": "minimal: no LLM, search the intents/last message on every source. "
             "low: one planning call, one retrieval round. medium: low plus evidence "
-            "assessment and follow-up rounds."
+            "assessment and follow-up rounds. Unset: low when a chat model is configured, "
+            "else minimal (the activity log says so); a level that needs a model fails "
+            "without one."
         },
     )
     output_mode: OutputMode = field(

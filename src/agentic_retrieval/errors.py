@@ -5,7 +5,9 @@ has always had (``ValueError``, ``LookupError``, ``ImportError``, ``RuntimeError
 that catches those keeps working. The kinds:
 
 - :class:`InvalidRequestError`: the caller's request is wrong (HTTP 400);
-  :class:`UnknownKnowledgeSourceError` names a source that does not exist (HTTP 404).
+  :class:`UnknownKnowledgeSourceError` names a source that does not exist (HTTP 404);
+  :class:`ModelRequiredError` asks for an effort or output mode that needs a chat model there
+  is not.
 - :class:`ConfigurationError`: the library is set up wrong: no chat model, a model that
   cannot be created, an unknown reranker, a missing extra, an embedding model that cannot be
   built, an Azure index that does not match its source.
@@ -46,6 +48,46 @@ class InvalidRequestError(AgenticRetrievalError, ValueError):
 
 class UnknownKnowledgeSourceError(InvalidRequestError, LookupError):
     """The request names a knowledge source the knowledge base does not have (HTTP 404)."""
+
+
+class ModelRequiredError(InvalidRequestError):
+    """An effort or output mode the caller chose needs a chat model, and none is configured.
+
+    HTTP 400. Left unset, the effort never needs one (the model-free tier runs); this is for a
+    value the caller chose. The message speaks Python (the request field, or the ``Context``
+    field when the value came from the knowledge base's defaults); the command line, the REST
+    server and the MCP tool phrase it in their own terms from the attributes.
+
+    Args:
+        setting: What asked for a model: ``effort`` or ``output_mode``.
+        value: Its value (``low``, ``medium``, ``answerSynthesis``).
+        role: The model role that has no model (``planning``, ``evidence``, ``answer``).
+        env_var: The environment variable naming the default chat model.
+        from_request: The request set the value (else the knowledge base's defaults did).
+    """
+
+    def __init__(
+        self, setting: str, value: str, role: str, env_var: str, *, from_request: bool = True
+    ) -> None:
+        if from_request:
+            name = "retrievalReasoningEffort" if setting == "effort" else "outputMode"
+        else:
+            name = "reasoning_effort" if setting == "effort" else "output_mode"
+        fix = (
+            "leave the effort unset (or minimal) to search without one"
+            if setting == "effort"
+            else "use extractiveData to get the ranked passages without one"
+        )
+        super().__init__(
+            f"{name} {value!r} needs a chat model for {role} and none is configured: pass "
+            f"chat_model= to KnowledgeBase/build_graph or set {env_var} (e.g. "
+            f"openai:gpt-4.1-mini), or {fix}"
+        )
+        self.setting = setting
+        self.value = value
+        self.role = role
+        self.env_var = env_var
+        self.from_request = from_request
 
 
 # --- configuration -------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Overwrite
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentic_retrieval.llm.chat_models import Usage
+from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, Usage
 from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.wire.models import KnowledgeSourceParams
@@ -56,6 +56,48 @@ class Scope(StrEnum):
 Planner = Literal["caller", "model", "question"]
 """Who planned a turn's retrieval: the caller (``intents``), the planning model, or nobody
 (``minimal`` effort: the question as asked)."""
+
+
+Effort = Literal["minimal", "low", "medium"]
+
+NO_MODEL_NOTE = (
+    "no chat model is configured, so the model-free tier ran (minimal effort: the question "
+    f"searched as asked, no query planning); set {MODEL_ENV_VAR} (e.g. openai:gpt-4.1-mini) "
+    "to plan at low or medium effort"
+)
+"""Said once, in the ``agenticReasoning`` record, when an unset effort ran without a model."""
+
+
+@dataclass(frozen=True)
+class EffortChoice:
+    """The effort a turn runs at, and the note to show when it is not what a model allows."""
+
+    effort: Effort
+    requested: bool
+    """Whether the caller chose it (request, Context or configuration) or it is the default."""
+    note: str | None = None
+
+
+def choose_effort(requested: Effort | None, *, has_intents: bool, can_plan: bool) -> EffortChoice:
+    """Decide the tier of a turn; the one place this is decided (the result is in state).
+
+    An effort the caller chose is kept, even when it needs a model there is not (that is the
+    caller's error to hear, in its own interface). Left unset, the effort is ``low`` when a
+    planning model is configured and otherwise the model-free tier (``minimal``), with a note
+    said once in the activity log; an ``auto`` effort that starts model-free and escalates
+    builds on this choice.
+
+    Args:
+        requested: The effort the caller set, or ``None`` for the default.
+        has_intents: The caller passed ``intents`` (its own plan: no model would plan).
+        can_plan: A planning model is configured.
+    """
+    if requested is not None:
+        return EffortChoice(requested, requested=True)
+    if can_plan:
+        return EffortChoice("low", requested=False)
+    # with intents nothing needed a model: the fallback changes nothing worth saying
+    return EffortChoice("minimal", requested=False, note=None if has_intents else NO_MODEL_NOTE)
 
 
 def planner_for(has_intents: bool, reasoning_effort: str) -> Planner:
@@ -207,12 +249,16 @@ class RerankActivity(ModelCallActivity):
 
 
 class ReasoningActivity(Activity):
-    """The summary of a model-planned run: effort, tokens, follow-up rounds."""
+    """The summary of a run's reasoning: effort, tokens, follow-up rounds.
+
+    ``warning`` says why the effort is what it is when the run could not plan.
+    """
 
     kind: Literal["reasoning"] = "reasoning"
     effort: str
     usage: Usage
     iterations: int
+    warning: str | None = None
 
 
 class RuntimeLimitActivity(Activity):
@@ -360,6 +406,20 @@ class RetrievalState(InputState, OutputState):
             Scope.RUN,
             "Who planned this turn: caller (intents, no model call), model, or question "
             "(minimal effort: the question as asked).",
+        ),
+    )
+    effort: Effort | None = field(
+        default=None,
+        metadata=_meta(
+            Scope.RUN,
+            "The effort this turn runs at (choose_effort): the requested one, else low with "
+            "a planning model, else minimal.",
+        ),
+    )
+    effort_note: str | None = field(
+        default=None,
+        metadata=_meta(
+            Scope.RUN, "Said once in the activity log when the default fell back to minimal."
         ),
     )
     source_params: dict[str, KnowledgeSourceParams] = field(

@@ -7,8 +7,9 @@ Built from the environment, with no network and no API key:
   bundled sample corpus, indexed once into ``<cache>/sample-kb`` (see
   :func:`agentic_retrieval.kb.loader.default_cache_dir`); if the cache cannot be written, an
   in-memory source over the same files.
-- ``AGENTIC_RETRIEVAL_CHAT_MODEL``: the ``provider:model`` used at effort low/medium (runs at
-  effort ``minimal`` need none; set it in Studio's configuration panel per run).
+- ``AGENTIC_RETRIEVAL_CHAT_MODEL``: the ``provider:model`` used at effort low/medium (or set
+  ``chat_model`` in Studio's configuration panel per run). Without one, a run with no effort
+  set takes the model-free tier (``minimal``) and its ``agenticReasoning`` record says so.
 
 When the configuration cannot work (no knowledge base at that path, an unknown reranker...),
 the dev server stops with one line saying why, instead of a traceback and a server whose

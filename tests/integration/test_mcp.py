@@ -17,6 +17,7 @@ from tests.fakes import unreachable_index
 from tests.server_harness import running_server, transit_kb
 
 from agentic_retrieval.server import ServerSettings, create_app
+from agentic_retrieval.state import NO_MODEL_NOTE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 KEY = "mcp-test-key"
@@ -66,6 +67,7 @@ async def test_conversation_input_and_default_effort_without_a_model(base_url, m
     data = result.structured_content
     assert data["references"][0]["docKey"] == "hours-sunday"
     assert data["partial"] is True
+    assert data["note"] == NO_MODEL_NOTE
 
 
 async def test_tool_errors_are_reported_not_crashes(base_url):

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.state import NO_MODEL_NOTE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -137,13 +138,17 @@ async def test_a_run_through_langgraph_sdk_returns_references(dev_server):
         None,
         "agentic_retrieval",
         input={"messages": [{"role": "user", "content": "When does the Gull Island ferry leave?"}]},
-        context={"reasoning_effort": "minimal"},
     )
     assert output["references"][0]["docKey"] == "docs-ferries-md-0"
     assert "every 40 minutes" in output["response"]
     kinds = [record["type"] for record in output["activity"]]
     assert kinds[0] == "searchIndex" and "semanticReranker" in kinds
     assert output["activity"][0]["knowledgeSourceKind"] == "local"
+    # no effort set and no chat model (the server's environment has none): the model-free
+    # tier ran, and the run says so once
+    (reasoning,) = [r for r in output["activity"] if r["type"] == "agenticReasoning"]
+    assert reasoning["retrievalReasoningEffort"] == {"kind": "minimal"}
+    assert reasoning["warning"] == NO_MODEL_NOTE
 
 
 async def test_a_second_turn_on_a_thread_does_not_inherit_the_first_turns_inputs(dev_server):

@@ -121,7 +121,7 @@ def test_retrieve_filter_restricts_results(kb):
         (["--effort", "minimal", "--output-mode", "answerSynthesis"], "answerSynthesis"),
         (["--effort", "minimal", "--filter", "title eq"], "--filter"),
         (["--effort", "minimal", "--source", "ghost"], "no source 'ghost'"),
-        ([], "AGENTIC_RETRIEVAL_CHAT_MODEL"),
+        (["--effort", "low"], "AGENTIC_RETRIEVAL_CHAT_MODEL"),
     ],
     ids=[
         "bad-effort",

@@ -106,6 +106,8 @@ def test_studio_schema_shows_every_bound():
         assert (branch["minimum"], branch["maximum"]) == (low, high), name
         assert branch["type"] == ("integer" if isinstance(low, int) else "number"), name
     assert properties["max_subqueries"]["description"] == "Most subqueries the planner may emit."
-    assert properties["reasoning_effort"]["enum"] == ["minimal", "low", "medium"]
+    effort = properties["reasoning_effort"]
+    assert effort["default"] is None
+    assert [b.get("enum") for b in effort["anyOf"]] == [["minimal", "low", "medium"], None]
     # the keys only the checks use stay out of the schema
     assert "expects" not in str(properties) and "placeholders" not in str(properties)

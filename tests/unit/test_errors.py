@@ -29,6 +29,7 @@ from agentic_retrieval.errors import (
     LocalStoreError,
     MissingDependencyError,
     ModelNotConfiguredError,
+    ModelRequiredError,
     ModelUnavailableError,
     ODataError,
     RerankError,
@@ -45,6 +46,7 @@ GA = "2026-04-01"
 KINDS = [
     (InvalidRequestError, (ValueError,), InvalidRequestError),
     (UnknownKnowledgeSourceError, (ValueError, LookupError), InvalidRequestError),
+    (ModelRequiredError, (ValueError,), InvalidRequestError),
     (ModelNotConfiguredError, (ValueError,), ConfigurationError),
     (ModelUnavailableError, (ValueError,), ConfigurationError),
     (UnknownRerankerError, (ValueError,), ConfigurationError),

@@ -127,7 +127,7 @@ def test_low_without_model_fails_naming_the_variable(toy_source, monkeypatch):
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
     kb = KnowledgeBase([toy_source])
     with pytest.raises(ValueError, match="AGENTIC_RETRIEVAL_CHAT_MODEL"):
-        kb.retrieve({"messages": [user("day pass?")]})
+        kb.retrieve({"messages": [user("day pass?")], "retrievalReasoningEffort": "low"})
 
 
 # --- medium --------------------------------------------------------------------------------

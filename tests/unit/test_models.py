@@ -218,7 +218,7 @@ def test_unusable_model_is_a_request_error_not_a_crash(toy_source, monkeypatch):
     kb = KnowledgeBase([toy_source], defaults=Context(chat_model="  "))
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
     with pytest.raises(InvalidRequestError, match="AGENTIC_RETRIEVAL_CHAT_MODEL"):
-        kb.retrieve({"messages": [user("day pass?")]})
+        kb.retrieve({"messages": [user("day pass?")], "retrievalReasoningEffort": "low"})
 
 
 def test_local_store_references_are_typed_search_index_references_in_the_sdk(tmp_path):

@@ -137,7 +137,10 @@ def test_messages_with_a_scripted_planner():
 
 def test_low_effort_without_a_model_is_400(monkeypatch):
     monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "fares?"}]}]}
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "fares?"}]}],
+        "retrievalReasoningEffort": {"kind": "low"},
+    }
     with client() as c:
         r = c.post(f"/knowledgebases/transit/retrieve?api-version={GA}", json=body)
     assert r.status_code == 400

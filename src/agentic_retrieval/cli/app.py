@@ -25,7 +25,12 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentic_retrieval.errors import AgenticRetrievalError, FilterFieldError, ODataError
+from agentic_retrieval.errors import (
+    AgenticRetrievalError,
+    FilterFieldError,
+    ModelRequiredError,
+    ODataError,
+)
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import Expr, check_fields, parse_filter
@@ -35,7 +40,12 @@ from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS, RetrieveResponse
-from agentic_retrieval.wire.retrieve import conversation_request, known_fields, prepare
+from agentic_retrieval.wire.retrieve import (
+    conversation_request,
+    effort_warnings,
+    known_fields,
+    prepare,
+)
 
 EXIT_FAILED = 1
 PREVIEW_CHARS = 400
@@ -375,7 +385,11 @@ def retrieve(
     question: Annotated[str, typer.Argument(help="The question.")],
     kb: KbOption,
     effort: Annotated[
-        str | None, typer.Option(help="minimal, low or medium (default: low).")
+        str | None,
+        typer.Option(
+            help="minimal, low or medium (default: low with a chat model, else minimal, "
+            "which needs none)."
+        ),
     ] = None,
     output_mode: Annotated[
         str | None, typer.Option(help="extractiveData or answerSynthesis.")
@@ -417,10 +431,12 @@ def retrieve(
     if as_json:
         response = run_retrieve(knowledge_base, request, on_event=None)
         sys.stdout.write(json.dumps(response.to_wire(), ensure_ascii=False) + "\n")
-        return
-    with err.status("retrieving…") as status:
-        response = run_retrieve(knowledge_base, request, on_event=_status_updater(status))
-    render_response(response, question)
+    else:
+        with err.status("retrieving…") as status:
+            response = run_retrieve(knowledge_base, request, on_event=_status_updater(status))
+        render_response(response, question)
+    for warning in effort_warnings(response):
+        err.print(f"note: {warning}", markup=False, soft_wrap=True)
 
 
 def check_filter_fields(kb: KnowledgeBase, expr: Expr) -> None:
@@ -470,9 +486,13 @@ def run_retrieve(
     """Run ``request``, reporting progress events to ``on_event``; bounded by its runtime.
 
     Raises:
-        InvalidRequestError: Bad input (unknown source, bad filter, no chat model...).
+        InvalidRequestError: Bad input (unknown source, bad filter...).
+        UserError: The chosen --effort or --output-mode needs a chat model there is not.
     """
-    parsed, context = prepare(request, kb.defaults, kb.bindings)
+    try:
+        parsed, context = prepare(request, kb.defaults, kb.bindings)
+    except ModelRequiredError as exc:
+        raise UserError(model_required_message(exc)) from None
     if on_event is None:
         return asyncio.run(kb.aretrieve(parsed))
 
@@ -494,6 +514,21 @@ def run_retrieve(
             ) from exc
 
     return asyncio.run(bounded())
+
+
+def model_required_message(exc: ModelRequiredError) -> str:
+    """A chosen effort or output mode needs a chat model, said in command-line terms."""
+    if exc.setting == "effort":
+        return (
+            f"--effort {exc.value} needs a chat model ({exc.role}) and none is configured: "
+            f"set {exc.env_var} (e.g. openai:gpt-4.1-mini), or leave --effort out to search "
+            "without one"
+        )
+    return (
+        f"--output-mode {exc.value} needs a chat model to write the answer and none is "
+        f"configured: set {exc.env_var} (e.g. openai:gpt-4.1-mini), or leave --output-mode "
+        "out to get the ranked passages"
+    )
 
 
 def _status_updater(status: Any) -> Callable[[dict[str, Any]], None]:

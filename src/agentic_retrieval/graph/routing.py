@@ -38,8 +38,7 @@ def after_rerank(
     state: RetrievalState, runtime: Runtime[Context]
 ) -> Literal["assess_evidence", "synthesize"]:
     """Medium effort judges model-planned evidence; everything else goes to the output."""
-    context = current_context(runtime)
-    medium = context.reasoning_effort == "medium" and state.planned_by == "model"
+    medium = state.effort == "medium" and state.planned_by == "model"
     return "assess_evidence" if medium else "synthesize"
 
 

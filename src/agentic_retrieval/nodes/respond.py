@@ -66,14 +66,15 @@ def make_respond(bindings: Bindings) -> NodeFn:
 def _summary_entries(state: RetrievalState, context: Context, timed_out: bool) -> list[Activity]:
     now = time.time()
     entries: list[Activity] = []
-    if state.planned_by == "model":
+    if state.planned_by == "model" or state.effort_note:
         entries.append(
             ReasoningActivity(
                 key="reasoning",
                 started=now,
-                effort=context.reasoning_effort,
+                effort=state.effort or "minimal",
                 usage=total_usage(state.activity_log),
                 iterations=state.iteration,
+                warning=state.effort_note,
             )
         )
     if timed_out:

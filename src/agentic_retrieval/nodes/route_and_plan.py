@@ -39,6 +39,7 @@ from agentic_retrieval.state import (
     PlanningActivity,
     RetrievalState,
     Subquery,
+    choose_effort,
     planner_for,
     run_reset,
 )
@@ -52,7 +53,9 @@ def make_route_and_plan(bindings: Bindings) -> NodeFn:
     ) -> dict[str, Any]:
         """Start the turn, route the request and plan the first retrieval round."""
         context = current_context(runtime)
-        turn = begin_turn(state, context)
+        turn = begin_turn(
+            state, context, can_plan=bindings.models.is_configured("planning", context)
+        )
         if turn["planned_by"] != "model":
             texts = _intents(state) or ([turn["question"]] if turn["question"] else [])
             if not texts:
@@ -69,20 +72,23 @@ def make_route_and_plan(bindings: Bindings) -> NodeFn:
     return route_and_plan
 
 
-def begin_turn(state: RetrievalState, context: Context) -> dict[str, Any]:
+def begin_turn(state: RetrievalState, context: Context, *, can_plan: bool) -> dict[str, Any]:
     """Reset every run field (see :mod:`agentic_retrieval.state`) and record this turn.
 
     A second turn on a checkpointed thread must not rerank the first turn's hits (which may
     have been retrieved under another security filter), re-run its subqueries, inherit its
     partial/timed-out flags or measure its time limit from the first turn; the turn's own
-    inputs, and who plans it, are recorded here once for the nodes that follow.
+    inputs, its effort and who plans it, are recorded here once for the nodes that follow.
     """
     intents = _intents(state)
+    choice = choose_effort(context.reasoning_effort, has_intents=bool(intents), can_plan=can_plan)
     return {
         **run_reset(),
         "started_at": time.time(),
         "question": last_user_text(state.messages) or "; ".join(intents),
-        "planned_by": planner_for(bool(intents), context.reasoning_effort),
+        "effort": choice.effort,
+        "effort_note": choice.note,
+        "planned_by": planner_for(bool(intents), choice.effort),
         "source_params": parse_source_params(state.knowledge_source_params),
     }
 

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
     InvalidRequestError,
+    ModelRequiredError,
     UnknownKnowledgeSourceError,
 )
 
@@ -100,10 +101,32 @@ def error_body(
 
 def api_error_for(exc: BaseException) -> ApiError | None:
     """The 4xx answer to a library error the caller can fix, or ``None`` for any other error."""
+    if isinstance(exc, ModelRequiredError):
+        return ApiError(400, model_required_message(exc))
     for kind, status, code in CLIENT_ERRORS:
         if isinstance(exc, kind):
             return ApiError(status, str(exc), code=code)
     return None
+
+
+def model_required_message(exc: ModelRequiredError) -> str:
+    """A chosen effort or output mode needs a chat model, said in the request's field names."""
+    field, unset_means = (
+        ("retrievalReasoningEffort", "the model-free tier runs")
+        if exc.setting == "effort"
+        else ("outputMode", "the ranked passages are returned")
+    )
+    value = f'{{"kind": "{exc.value}"}}' if exc.setting == "effort" else f'"{exc.value}"'
+    if exc.from_request:
+        what, fix = f"'{field}' {value}", f"omit '{field}' ({unset_means})"
+    else:
+        other = '{"kind": "minimal"}' if exc.setting == "effort" else '"extractiveData"'
+        what = f"This knowledge base's default '{field}' {value}"
+        fix = f"send '{field}': {other}"
+    return (
+        f"{what} needs a chat model for {exc.role}, and this service has none configured: "
+        f"{fix}, or start the service with {exc.env_var} set."
+    )
 
 
 def internal_error(request_id: str) -> ApiError:

@@ -21,11 +21,11 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from agentic_retrieval.errors import InvalidRequestError
+from agentic_retrieval.errors import InvalidRequestError, ModelRequiredError
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.server.auth import ApiKeys
 from agentic_retrieval.server.errors import ApiError
-from agentic_retrieval.wire.retrieve import conversation_request
+from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,11 @@ class RetrieveToolResult(BaseModel):
     partial: bool = Field(
         description="True when a knowledge source failed and only the others' results are in."
     )
+    note: str | None = Field(
+        default=None,
+        description="Why the run's effort is not what was asked or expected (e.g. no chat "
+        "model is configured, so the model-free tier ran).",
+    )
 
 
 def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
@@ -76,7 +81,8 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
             Literal["minimal", "low", "medium"] | None,
             Field(
                 description="Reasoning effort: minimal (no LLM), low, medium. Default: the "
-                "knowledge base's default, or minimal when it has no chat model."
+                "knowledge base's default, else low with a chat model and minimal without "
+                "one (the result's note says so)."
             ),
         ] = None,
         output_mode: Annotated[
@@ -91,6 +97,8 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
         request = tool_request(kb, query, messages, effort, output_mode, filter)
         try:
             response = await kb.aretrieve(request)
+        except ModelRequiredError as exc:
+            raise ToolError(model_required_message(exc)) from exc
         except InvalidRequestError as exc:
             raise ToolError(str(exc)) from exc
         if response.status_code == 408:
@@ -99,6 +107,7 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
             response=response.text,
             references=[ref.to_wire() for ref in response.references],
             partial=response.partial,
+            note=" ".join(effort_warnings(response)) or None,
         )
 
     server.add_tool(
@@ -108,6 +117,21 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
         f"'{kb.name}'. {kb.description}".strip(),
     )
     return server
+
+
+def model_required_message(exc: ModelRequiredError) -> str:
+    """A chosen effort or output mode needs a chat model, said in the tool's argument names."""
+    if exc.setting == "effort":
+        return (
+            f"effort '{exc.value}' needs a chat model ({exc.role}) and the server has none "
+            f"configured: leave 'effort' out to search without one, or start the server "
+            f"with {exc.env_var} set"
+        )
+    return (
+        f"output_mode '{exc.value}' needs a chat model to write the answer and the server has "
+        f"none configured: leave 'output_mode' out to get the ranked passages, or start the "
+        f"server with {exc.env_var} set"
+    )
 
 
 def tool_request(
@@ -124,8 +148,6 @@ def tool_request(
         turns.append({"role": "user", "content": query})
     if not turns:
         raise ToolError("give 'query' or 'messages'")
-    if effort is None and not kb.bindings.models.is_configured("planning", kb.defaults):
-        effort = "minimal"
     return conversation_request(
         [(t["role"], t["content"]) for t in turns],
         kb.sources,

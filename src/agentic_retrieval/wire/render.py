@@ -139,7 +139,7 @@ def _rerank(entry: RerankActivity) -> dict[str, Any]:
 
 @render_record.register
 def _reasoning(entry: ReasoningActivity) -> dict[str, Any]:
-    return {
+    record = {
         "type": "agenticReasoning",
         "retrievalReasoningEffort": {"kind": entry.effort},
         "reasoningTokens": entry.usage.reasoning_tokens,
@@ -147,6 +147,9 @@ def _reasoning(entry: ReasoningActivity) -> dict[str, Any]:
         "outputTokens": entry.usage.output_tokens,
         "iterations": entry.iterations,
     }
+    if entry.warning:
+        record["warning"] = entry.warning
+    return record
 
 
 @render_record.register

@@ -22,9 +22,15 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import ValidationError
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.errors import InvalidRequestError, UnknownKnowledgeSourceError
+from agentic_retrieval.errors import (
+    InvalidRequestError,
+    ModelNotConfiguredError,
+    ModelRequiredError,
+    ModelUnavailableError,
+    UnknownKnowledgeSourceError,
+)
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.llm.chat_models import Role
+from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, Role
 from agentic_retrieval.odata import (
     FieldSchema,
     ODataError,
@@ -33,7 +39,7 @@ from agentic_retrieval.odata import (
     parse_filter,
 )
 from agentic_retrieval.sources.base import KnowledgeSource, TypedFilterableKnowledgeSource
-from agentic_retrieval.state import InputState, planner_for
+from agentic_retrieval.state import InputState, choose_effort, planner_for
 from agentic_retrieval.wire.models import (
     ActivityRecord,
     MessageContent,
@@ -114,7 +120,9 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
     Raises:
         UnknownKnowledgeSourceError: A named source does not exist.
         InvalidRequestError: A ``filterAddOn`` does not parse or does not fit its source's
-            fields, or no chat model is configured for an effort/output mode that needs one.
+            fields, or a configured chat model cannot be created.
+        ModelRequiredError: The effort or output mode the caller chose needs a chat model
+            and none is configured (an unset effort never does: it runs model-free).
     """
     sources = bindings.sources
     for params in request.knowledge_source_params or []:
@@ -135,10 +143,15 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
                 raise InvalidRequestError(
                     f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"
                 ) from exc
-    for role in _model_roles(request, context):
+    for setting, value, role in _model_needs(request, context, bindings):
         try:
             bindings.models.resolve(role, context)  # builds it: surfaces bad config
-        except ValueError as exc:  # ModelNotConfiguredError, ModelUnavailableError
+        except ModelNotConfiguredError as exc:
+            from_request = request.effort if setting == "effort" else request.output_mode
+            raise ModelRequiredError(
+                setting, value, role, MODEL_ENV_VAR, from_request=from_request is not None
+            ) from exc
+        except ModelUnavailableError as exc:
             raise InvalidRequestError(str(exc)) from exc
 
 
@@ -157,15 +170,28 @@ def known_fields(sources: Mapping[str, KnowledgeSource]) -> FieldSchema:
     )
 
 
-def _model_roles(request: RetrieveRequest, context: Context) -> list[Role]:
-    """The chat-model roles a run of ``request`` will call."""
-    model_plans = planner_for(bool(request.intents), context.reasoning_effort) == "model"
-    roles: list[Role] = ["planning"] if model_plans else []
-    if model_plans and context.reasoning_effort == "medium":
-        roles.append("evidence")
+def _model_needs(
+    request: RetrieveRequest, context: Context, bindings: Bindings
+) -> list[tuple[str, str, Role]]:
+    """What in a run of ``request`` calls a chat model: ``(setting, value, role)`` triples.
+
+    The effort is decided as the graph decides it (:func:`choose_effort`): left unset it
+    never needs a model, so only an effort the caller chose, or ``answerSynthesis``, can.
+    """
+    has_intents = bool(request.intents)
+    choice = choose_effort(
+        context.reasoning_effort,
+        has_intents=has_intents,
+        can_plan=bindings.models.is_configured("planning", context),
+    )
+    needs: list[tuple[str, str, Role]] = []
+    if planner_for(has_intents, choice.effort) == "model":
+        needs.append(("effort", choice.effort, "planning"))
+        if choice.effort == "medium":
+            needs.append(("effort", choice.effort, "evidence"))
     if context.output_mode == "answerSynthesis":
-        roles.append("answer")
-    return roles
+        needs.append(("output_mode", context.output_mode, "answer"))
+    return needs
 
 
 def conversation_request(
@@ -237,6 +263,18 @@ def to_response(output: Mapping[str, Any], request: RetrieveRequest) -> Retrieve
     response._timed_out = bool(output.get("timed_out"))
     response._has_results = bool(output.get("passage_count")) or bool(response.references)
     return response
+
+
+def effort_warnings(response: RetrieveResponse) -> list[str]:
+    """What a run said about its effort (its ``agenticReasoning`` record's ``warning``).
+
+    For example: no chat model is configured, so the model-free tier ran.
+    """
+    return [
+        str((record.model_extra or {}).get("warning"))
+        for record in response.activity or []
+        if record.type == "agenticReasoning" and (record.model_extra or {}).get("warning")
+    ]
 
 
 def timed_out_response(context: Context, started: float) -> RetrieveResponse:
