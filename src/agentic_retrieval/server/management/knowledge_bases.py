@@ -102,6 +102,7 @@ def add_knowledge_base_routes(app: FastAPI, management: Management) -> None:
 
 def describe_fixed(kb: KnowledgeBase) -> dict[str, Any]:
     """A knowledge base served from a directory: names, kinds and descriptions, no secrets."""
+    effort = kb.defaults.reasoning_effort
     return {
         "name": kb.name,
         "description": kb.description or None,
@@ -109,7 +110,8 @@ def describe_fixed(kb: KnowledgeBase) -> dict[str, Any]:
             {"name": name, "kind": source.kind, "description": source.description or None}
             for name, source in kb.sources.items()
         ],
-        "retrievalReasoningEffort": {"kind": kb.defaults.reasoning_effort},
+        # unset: decided per request (low with a chat model, else minimal), as Azure omits it
+        **({"retrievalReasoningEffort": {"kind": effort}} if effort else {}),
         "outputMode": kb.defaults.output_mode,
     }
 
