@@ -22,6 +22,7 @@ from agentic_retrieval.state import (
     RetrievedHit,
     SearchTask,
     Subquery,
+    TierDecision,
 )
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 
@@ -35,6 +36,7 @@ STATE_TYPES: tuple[type, ...] = (
     EvidenceAssessment,
     *ACTIVITY_TYPES,
     ErrorInfo,
+    TierDecision,
     Usage,
     KnowledgeSourceParams,
 )

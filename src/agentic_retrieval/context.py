@@ -30,7 +30,7 @@ DEFAULT_RERANKER_THRESHOLD = 2.5
 """Azure's default ``rerankerThreshold``; the lexical fallback reranker is calibrated so that it
 means the same there (``benchmarks/README.md``, "Calibration and the default threshold")."""
 
-ReasoningEffortKind = Literal["minimal", "low", "medium"]
+ReasoningEffortKind = Literal["minimal", "low", "medium", "auto"]
 OutputMode = Literal["extractiveData", "answerSynthesis"]
 
 
@@ -43,9 +43,10 @@ class Context:
         metadata={
             "description": "minimal: no LLM, search the intents/last message on every source. "
             "low: one planning call, one retrieval round. medium: low plus evidence "
-            "assessment and follow-up rounds. Unset: low when a chat model is configured, "
-            "else minimal (the activity log says so); a level that needs a model fails "
-            "without one."
+            "assessment and follow-up rounds. auto: start at minimal and escalate to low, "
+            "then medium, only when the question or its results call for it (the auto_* "
+            "thresholds). Unset: low when a chat model is configured, else minimal (the "
+            "activity log says so); low or medium fail without a model, auto stays minimal."
         },
     )
     output_mode: OutputMode = field(
@@ -153,6 +154,73 @@ class Context:
         metadata={
             "description": "Sources this run may use (None: every bound source).",
             "expects": "a list of source names",
+        },
+    )
+    auto_max_asks: int = field(
+        default=1,
+        metadata={
+            "description": "auto: a question holding more distinct asks than this (sentences, "
+            "or a clause joined as a second question: '... and how long ...') is planned, "
+            "one subquery per ask, instead of searched as asked.",
+            "ge": 1,
+            "le": 10,
+        },
+    )
+    auto_follow_up_max_terms: int = field(
+        default=3,
+        metadata={
+            "description": "auto: after earlier user turns, a question with at most this many "
+            "content words, or one referring back (it, that, those...; 'and ...', 'what "
+            "about ...'), is a follow-up the conversation must rewrite: it is planned.",
+            "ge": 0,
+            "le": 20,
+        },
+    )
+    auto_top_k: int = field(
+        default=3,
+        metadata={
+            "description": "auto: how many of the best passages the coverage, spread and "
+            "agreement signals look at.",
+            "ge": 1,
+            "le": 50,
+        },
+    )
+    auto_min_top_score: float = field(
+        default=2.65,
+        metadata={
+            "description": "auto: results are weak when the best passage scores under this "
+            "(0-4 reranker scale; midway between the median best score of questions a corpus "
+            "cannot answer, 2.15, and that of answering passages, 3.13, as calibrated).",
+            "ge": 0.0,
+            "le": 4.0,
+        },
+    )
+    auto_min_term_coverage: float = field(
+        default=0.6,
+        metadata={
+            "description": "auto: results are weak when the top passages hold less than this "
+            "share of the question's content words (0-1).",
+            "ge": 0.0,
+            "le": 1.0,
+        },
+    )
+    auto_min_score_spread: float = field(
+        default=0.0,
+        metadata={
+            "description": "auto: results are weak when the best passage stands less than "
+            "this above the mean of the next top passages (0-4; 0 leaves it out).",
+            "ge": 0.0,
+            "le": 4.0,
+        },
+    )
+    auto_min_source_agreement: float = field(
+        default=0.0,
+        metadata={
+            "description": "auto: results are weak when less than this share of the searched "
+            "sources has a passage among the top ones (0-1; 0 leaves it out: sources usually "
+            "hold different topics).",
+            "ge": 0.0,
+            "le": 1.0,
         },
     )
     routing_prompt: str = field(

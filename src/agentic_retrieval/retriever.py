@@ -68,7 +68,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     knowledge_base: Retrieves
-    reasoning_effort: Literal["minimal", "low", "medium"] = "minimal"
+    reasoning_effort: Literal["minimal", "low", "medium", "auto"] = "minimal"
     k: int = 4
     filter: str | None = None
     knowledge_sources: list[str] | None = None

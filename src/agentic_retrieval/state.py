@@ -59,6 +59,9 @@ Planner = Literal["caller", "model", "question"]
 
 
 Effort = Literal["minimal", "low", "medium"]
+"""A tier a turn runs at: no model, planning, planning plus evidence assessment."""
+RequestedEffort = Literal["minimal", "low", "medium", "auto"]
+"""An effort a caller may ask for: a tier, or ``auto`` (start at minimal, escalate)."""
 
 NO_MODEL_NOTE = (
     "no chat model is configured, so the model-free tier ran (minimal effort: the question "
@@ -70,34 +73,42 @@ NO_MODEL_NOTE = (
 
 @dataclass(frozen=True)
 class EffortChoice:
-    """The effort a turn runs at, and the note to show when it is not what a model allows."""
+    """The tier a turn starts at, what the caller asked for, and the note to show."""
 
     effort: Effort
-    requested: bool
-    """Whether the caller chose it (request, Context or configuration) or it is the default."""
+    requested: RequestedEffort | None = None
+    """The effort the caller chose (request, Context or configuration); ``None``: default."""
     note: str | None = None
+    auto: bool = False
+    """The ``auto`` effort may escalate: a planning model is configured and no caller plan."""
 
 
-def choose_effort(requested: Effort | None, *, has_intents: bool, can_plan: bool) -> EffortChoice:
-    """Decide the tier of a turn; the one place this is decided (the result is in state).
+def choose_effort(
+    requested: RequestedEffort | None, *, has_intents: bool, can_plan: bool
+) -> EffortChoice:
+    """Decide the tier a turn starts at; the one place this is decided (the result is in state).
 
     An effort the caller chose is kept, even when it needs a model there is not (that is the
-    caller's error to hear, in its own interface). Left unset, the effort is ``low`` when a
-    planning model is configured and otherwise the model-free tier (``minimal``), with a note
-    said once in the activity log; an ``auto`` effort that starts model-free and escalates
-    builds on this choice.
+    caller's error to hear, in its own interface). ``auto`` starts at the model-free tier and
+    may escalate when a planning model is configured (and the caller did not plan with
+    ``intents``). Left unset, the effort is ``low`` when a planning model is configured and
+    otherwise the model-free tier (``minimal``). Whenever the model-free tier runs because
+    there is no model, the note says so once in the activity log.
 
     Args:
         requested: The effort the caller set, or ``None`` for the default.
         has_intents: The caller passed ``intents`` (its own plan: no model would plan).
         can_plan: A planning model is configured.
     """
-    if requested is not None:
-        return EffortChoice(requested, requested=True)
-    if can_plan:
-        return EffortChoice("low", requested=False)
     # with intents nothing needed a model: the fallback changes nothing worth saying
-    return EffortChoice("minimal", requested=False, note=None if has_intents else NO_MODEL_NOTE)
+    note = None if can_plan or has_intents else NO_MODEL_NOTE
+    if requested == "auto":
+        return EffortChoice("minimal", "auto", note, auto=can_plan and not has_intents)
+    if requested is not None:
+        return EffortChoice(requested, requested)
+    if can_plan:
+        return EffortChoice("low")
+    return EffortChoice("minimal", note=note)
 
 
 def planner_for(has_intents: bool, reasoning_effort: str) -> Planner:
@@ -248,6 +259,25 @@ class RerankActivity(ModelCallActivity):
     kept_count: int
 
 
+class TierDecision(BaseModel):
+    """One decision of the ``auto`` effort: stay at a tier or escalate, and why.
+
+    ``signals`` are the measured facts (:mod:`agentic_retrieval.signals`) the decision
+    compared with the ``auto_*`` thresholds of the Context.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    step: Literal["question", "results"]
+    """What was judged: the question before searching, or a round's reranked results."""
+    tier: Effort
+    """The tier that had run when the decision was taken."""
+    escalate_to: Effort | None
+    """The tier escalated to, or ``None`` when the run stops escalating here."""
+    reason: str
+    signals: dict[str, float] = Field(default_factory=dict)
+
+
 class ReasoningActivity(Activity):
     """The summary of a run's reasoning: effort, tokens, follow-up rounds.
 
@@ -256,9 +286,14 @@ class ReasoningActivity(Activity):
 
     kind: Literal["reasoning"] = "reasoning"
     effort: str
+    """The tier the run ended at (``retrievalReasoningEffort``)."""
+    requested: str | None = None
+    """The effort the caller asked for (``logicalReasoningEffort``); ``None``: the default."""
     usage: Usage
     iterations: int
     warning: str | None = None
+    decisions: list[TierDecision] = Field(default_factory=list)
+    """The ``auto`` effort's decisions, in order."""
 
 
 class RuntimeLimitActivity(Activity):
@@ -412,9 +447,25 @@ class RetrievalState(InputState, OutputState):
         default=None,
         metadata=_meta(
             Scope.RUN,
-            "The effort this turn runs at (choose_effort): the requested one, else low with "
-            "a planning model, else minimal.",
+            "The tier this turn runs at (choose_effort): the requested one, else low with "
+            "a planning model, else minimal; auto starts at minimal and raises it.",
         ),
+    )
+    requested_effort: RequestedEffort | None = field(
+        default=None,
+        metadata=_meta(Scope.RUN, "The effort the caller asked for; None: the default."),
+    )
+    auto: bool = field(
+        default=False,
+        metadata=_meta(
+            Scope.RUN,
+            "auto effort that may escalate (a planning model, no caller plan): the "
+            "judge_question and judge_results nodes decide the tier.",
+        ),
+    )
+    tier_decisions: Annotated[list[TierDecision], operator.add] = field(
+        default_factory=list,
+        metadata=_meta(Scope.RUN, "The auto effort's decisions (tier, escalation, why)."),
     )
     effort_note: str | None = field(
         default=None,

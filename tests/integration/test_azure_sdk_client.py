@@ -20,6 +20,7 @@ from azure.search.documents.knowledgebases.aio import (
     KnowledgeBaseRetrievalClient as AsyncKnowledgeBaseRetrievalClient,
 )
 from azure.search.documents.knowledgebases.models import (
+    KnowledgeBaseAgenticReasoningActivityRecord,
     KnowledgeBaseRetrievalRequest,
     KnowledgeRetrievalSemanticIntent,
 )
@@ -27,6 +28,7 @@ from tests.fakes import unreachable_index
 from tests.server_harness import running_server, transit_kb
 
 from agentic_retrieval.server import ServerSettings, create_app
+from agentic_retrieval.state import NO_MODEL_NOTE
 from agentic_retrieval.testing import Script, ScriptedChatModel
 
 pytestmark = pytest.mark.integration
@@ -83,6 +85,41 @@ def test_sync_client_retrieves_with_messages_as_a_raw_body(endpoint):
     assert result.references[0].doc_key == "hours-sunday"
     assert result.activity[0].type == "modelQueryPlanning"
     assert result.activity[0]["inputTokens"] == 120  # a preview record: kept as raw JSON
+
+
+@pytest.mark.parametrize(
+    ("question", "tier"),
+    [
+        ("When does the last Hillcrest Line tram leave on Sunday?", "minimal"),
+        ("How much is a student Harbor Pass, and when does the last tram leave?", "low"),
+    ],
+    ids=["direct", "two-part"],
+)
+def test_sync_client_reads_auto_effort_responses(endpoint, question, tier):
+    body = {**messages_body(question), "retrievalReasoningEffort": {"kind": "auto"}}
+    with KnowledgeBaseRetrievalClient(
+        endpoint, AzureKeyCredential(KEY), knowledge_base_name="transit"
+    ) as client:
+        result = client.retrieve(body)
+    assert result.references[0].doc_key in {"hours-sunday", "fare-pass"}
+    (record,) = [r for r in result.activity if r.type == "agenticReasoning"]
+    assert isinstance(record, KnowledgeBaseAgenticReasoningActivityRecord)
+    assert record.retrieval_reasoning_effort.kind == tier
+    assert record["logicalReasoningEffort"] == {"kind": "auto"}  # preview: raw JSON
+    assert record["effortDecisions"][0]["step"] == "question"
+
+
+def test_sync_client_reads_the_no_model_note(endpoint, monkeypatch):
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    body = messages_body("When does the night tram run?")
+    del body["retrievalReasoningEffort"]
+    with KnowledgeBaseRetrievalClient(
+        endpoint, AzureKeyCredential(KEY), knowledge_base_name="partial"
+    ) as client:
+        result = client.retrieve(body)
+    (record,) = [r for r in result.activity if r.type == "agenticReasoning"]
+    assert record.retrieval_reasoning_effort.kind == "minimal"
+    assert record["warning"] == NO_MODEL_NOTE
 
 
 def test_sync_client_gets_partial_results_when_a_source_fails(endpoint):

@@ -20,6 +20,13 @@ BOUNDS = {
     "max_output_tokens": (1, 2_500_000),
     "max_runtime_seconds": (0.001, 300),
     "source_timeout_seconds": (0.001, 300),
+    "auto_max_asks": (1, 10),
+    "auto_follow_up_max_terms": (0, 20),
+    "auto_top_k": (1, 50),
+    "auto_min_top_score": (0.0, 4.0),
+    "auto_min_term_coverage": (0.0, 1.0),
+    "auto_min_score_spread": (0.0, 4.0),
+    "auto_min_source_agreement": (0.0, 1.0),
 }
 
 
@@ -46,7 +53,7 @@ BOUNDS = {
         ({"reranker_threshold": "2"}, "reranker_threshold must be a number, not '2'"),
         (
             {"reasoning_effort": "high"},
-            "reasoning_effort must be minimal, low or medium, not 'high'",
+            "reasoning_effort must be minimal, low, medium or auto, not 'high'",
         ),
         (
             {"output_mode": "poem"},
@@ -108,6 +115,6 @@ def test_studio_schema_shows_every_bound():
     assert properties["max_subqueries"]["description"] == "Most subqueries the planner may emit."
     effort = properties["reasoning_effort"]
     assert effort["default"] is None
-    assert [b.get("enum") for b in effort["anyOf"]] == [["minimal", "low", "medium"], None]
+    assert [b.get("enum") for b in effort["anyOf"]] == [["minimal", "low", "medium", "auto"], None]
     # the keys only the checks use stay out of the schema
     assert "expects" not in str(properties) and "placeholders" not in str(properties)

@@ -118,6 +118,7 @@ def test_a_turn_resets_every_run_field_it_does_not_write(toy_source, caplog):
         "question",
         "planned_by",
         "effort",
+        "requested_effort",
         "needs_retrieval",
         "assistant_message",
         "activity_log",

@@ -52,7 +52,7 @@ PREVIEW_CHARS = 400
 """Characters of each grounding chunk shown by ``retrieve`` (whole words)."""
 EXIT_USAGE = 2
 MAX_NAMED_IGNORED = 20
-EFFORTS = ("minimal", "low", "medium")
+EFFORTS = ("minimal", "low", "medium", "auto")
 OUTPUT_MODES = ("extractiveData", "answerSynthesis")
 
 app = typer.Typer(
@@ -387,8 +387,8 @@ def retrieve(
     effort: Annotated[
         str | None,
         typer.Option(
-            help="minimal, low or medium (default: low with a chat model, else minimal, "
-            "which needs none)."
+            help="minimal, low, medium or auto (default: low with a chat model, else minimal, "
+            "which needs none; auto escalates from minimal only when needed)."
         ),
     ] = None,
     output_mode: Annotated[
@@ -540,6 +540,8 @@ def _status_updater(status: Any) -> Callable[[dict[str, Any]], None]:
             status.update(f"reranking {event.get('candidates', '?')} candidates…")
         elif name in ("planning", "assessing", "answering", "following_up"):
             status.update(f"{name}…")
+        elif name == "escalating":
+            status.update(f"escalating to {event.get('to')}…")
 
     return update
 
@@ -549,6 +551,7 @@ def render_response(response: RetrieveResponse, question: str, top: int | None =
     out.print(f"[bold]Question:[/bold] {question}")
     activity = [record.model_dump(by_alias=True) for record in response.activity or []]
     _render_plan(activity)
+    _render_effort(activity)
     _render_searches(activity)
     _render_references(response, top)
     _render_text(response)
@@ -563,6 +566,15 @@ def _render_plan(activity: list[dict[str, Any]]) -> None:
             )
             return
     out.print("[bold]Plan:[/bold] no LLM planning (the question is searched as is)")
+
+
+def _render_effort(activity: list[dict[str, Any]]) -> None:
+    """The ``auto`` effort's decisions: the tier each step ran at, and why it moved on."""
+    for record in activity:
+        for decision in record.get("effortDecisions") or []:
+            to = decision.get("escalateTo")
+            move = f"{decision.get('tier')} → {to}" if to else f"stays {decision.get('tier')}"
+            out.print(f"[bold]Effort (auto):[/bold] {move}: {decision.get('reason')}")
 
 
 def _render_searches(activity: list[dict[str, Any]]) -> None:

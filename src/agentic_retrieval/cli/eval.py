@@ -45,7 +45,9 @@ def eval_command(
         typer.Option(help="Questions JSONL: id, question|messages, relevant, evidence, answer."),
     ] = None,
     split: Annotated[str, typer.Option(help="BEIR qrels split.")] = "test",
-    effort: Annotated[str, typer.Option(help="Comma list: minimal, low, medium.")] = "minimal",
+    effort: Annotated[
+        str, typer.Option(help="Comma list: minimal, low, medium, auto.")
+    ] = "minimal",
     retrieval: Annotated[
         str | None,
         typer.Option(

@@ -12,7 +12,7 @@ from typing import cast
 from agentic_retrieval.context import Context, OutputMode, ReasoningEffortKind
 from agentic_retrieval.errors import EvalConfigurationError
 
-EFFORTS = ("minimal", "low", "medium")
+EFFORTS = ("minimal", "low", "medium", "auto")
 RETRIEVALS = ("lexical", "hybrid")
 OUTPUT_MODES = ("extractiveData", "answerSynthesis")
 DEFAULT_TOP_N = 100
@@ -26,7 +26,8 @@ class Configuration:
     """One way of retrieving, compared against the others on the same questions.
 
     Args:
-        effort: ``minimal`` (no model), ``low`` or ``medium``.
+        effort: ``minimal`` (no model), ``low``, ``medium`` or ``auto`` (escalates from
+            minimal when the question or its results call for it).
         retrieval: ``lexical`` (BM25), ``hybrid`` (BM25 + vectors), or ``None`` for the
             knowledge base as it is (hybrid where a source has vectors).
         reranker: A reranker name (``default``, ``lexical``, ``embedding``) or ``None`` for

@@ -5,6 +5,10 @@ START → route_and_plan → prepare_searches → search × N (Send) → rerank 
         route_and_plan → respond                    (no retrieval needed)
                                                     rerank → assess_evidence (medium)
                                   assess_evidence → search × N (follow-ups) | synthesize
+auto:   route_and_plan → judge_question → prepare_searches | plan_queries (not searchable as is)
+        plan_queries → prepare_searches | respond
+        rerank → judge_results → synthesize | plan_queries (weak at minimal)
+                               | assess_evidence (weak at low)
 ```
 """
 
@@ -22,6 +26,9 @@ from agentic_retrieval.graph import routing
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.sync import with_sync_twin
 from agentic_retrieval.nodes.assess_evidence import make_assess_evidence
+from agentic_retrieval.nodes.judge_question import judge_question
+from agentic_retrieval.nodes.judge_results import judge_results
+from agentic_retrieval.nodes.plan_queries import make_plan_queries
 from agentic_retrieval.nodes.prepare_searches import make_prepare_searches
 from agentic_retrieval.nodes.rerank import make_rerank
 from agentic_retrieval.nodes.respond import make_respond
@@ -92,20 +99,26 @@ def compile_graph(
         RetrievalState, input_schema=InputState, output_schema=OutputState, context_schema=Context
     )
     builder.add_node("route_and_plan", with_sync_twin(make_route_and_plan(bindings)))
+    builder.add_node("judge_question", with_sync_twin(judge_question))
+    builder.add_node("plan_queries", with_sync_twin(make_plan_queries(bindings)))
     builder.add_node("prepare_searches", with_sync_twin(make_prepare_searches(bindings)))
     builder.add_node("search", with_sync_twin(make_search(bindings)))
     builder.add_node("rerank", with_sync_twin(make_rerank(bindings)))
+    builder.add_node("judge_results", with_sync_twin(judge_results))
     builder.add_node("assess_evidence", with_sync_twin(make_assess_evidence(bindings)))
     builder.add_node("synthesize", with_sync_twin(make_synthesize(bindings)))
     builder.add_node("respond", with_sync_twin(make_respond(bindings)))
 
     builder.add_edge(START, "route_and_plan")
     builder.add_conditional_edges("route_and_plan", routing.after_route_and_plan)
+    builder.add_conditional_edges("judge_question", routing.after_judge_question)
+    builder.add_conditional_edges("plan_queries", routing.after_plan_queries)
     builder.add_conditional_edges(
         "prepare_searches", routing.dispatch_searches, ["search", "rerank"]
     )
     builder.add_edge("search", "rerank")
     builder.add_conditional_edges("rerank", routing.after_rerank)
+    builder.add_conditional_edges("judge_results", routing.after_judge_results)
     builder.add_conditional_edges(
         "assess_evidence", routing.after_assess_evidence, ["search", "synthesize"]
     )

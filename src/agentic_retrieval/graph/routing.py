@@ -12,8 +12,23 @@ from agentic_retrieval.nodes._shared import build_tasks
 from agentic_retrieval.state import RetrievalState
 
 
-def after_route_and_plan(state: RetrievalState) -> Literal["prepare_searches", "respond"]:
-    """Retrieve, or reply directly when the planner found no need to."""
+def after_route_and_plan(
+    state: RetrievalState,
+) -> Literal["judge_question", "prepare_searches", "respond"]:
+    """``auto`` judges the question first; otherwise retrieve, or reply when not needed."""
+    if state.auto:
+        return "judge_question"
+    return "prepare_searches" if state.needs_retrieval else "respond"
+
+
+def after_judge_question(state: RetrievalState) -> Literal["plan_queries", "prepare_searches"]:
+    """``auto``: plan a question that cannot be searched as it is; search the others."""
+    latest = state.tier_decisions[-1] if state.tier_decisions else None
+    return "plan_queries" if latest is not None and latest.escalate_to else "prepare_searches"
+
+
+def after_plan_queries(state: RetrievalState) -> Literal["prepare_searches", "respond"]:
+    """Retrieve what was planned, or reply when the planner found no need to."""
     return "prepare_searches" if state.needs_retrieval else "respond"
 
 
@@ -36,10 +51,25 @@ def dispatch_searches(
 
 def after_rerank(
     state: RetrievalState, runtime: Runtime[Context]
-) -> Literal["assess_evidence", "synthesize"]:
-    """Medium effort judges model-planned evidence; everything else goes to the output."""
-    medium = state.effort == "medium" and state.planned_by == "model"
-    return "assess_evidence" if medium else "synthesize"
+) -> Literal["assess_evidence", "judge_results", "synthesize"]:
+    """Medium effort assesses model-planned evidence; ``auto`` judges the results' strength.
+
+    Everything else goes to the output.
+    """
+    if state.effort == "medium" and state.planned_by == "model":
+        return "assess_evidence"
+    return "judge_results" if state.auto else "synthesize"
+
+
+def after_judge_results(
+    state: RetrievalState,
+) -> Literal["plan_queries", "assess_evidence", "synthesize"]:
+    """``auto``: escalate weak results one tier (planning, then assessment), else output."""
+    latest = state.tier_decisions[-1] if state.tier_decisions else None
+    escalate_to = latest.escalate_to if latest is not None else None
+    if escalate_to == "low":
+        return "plan_queries"
+    return "assess_evidence" if escalate_to == "medium" else "synthesize"
 
 
 def after_assess_evidence(

@@ -157,7 +157,7 @@ def defaults_for(definition: KnowledgeBaseDefinition) -> Context:
     """The run settings a knowledge base's definition implies where a request is silent."""
     overrides: dict[str, Any] = {}
     effort = definition.retrieval_reasoning_effort
-    if effort is not None and effort.kind != "auto":
+    if effort is not None:
         overrides["reasoning_effort"] = effort.kind
     if definition.output_mode is not None:
         overrides["output_mode"] = definition.output_mode

@@ -157,6 +157,11 @@ def resolve_subqueries(
     return resolved
 
 
+def next_round(subqueries: Sequence[Subquery]) -> int:
+    """The number of the next retrieval round: 0 first, then one past the last searched."""
+    return max((s.round for s in subqueries), default=-1) + 1
+
+
 def build_tasks(
     subqueries: list[Subquery],
     params: dict[str, KnowledgeSourceParams],

@@ -25,6 +25,7 @@ from agentic_retrieval.nodes._shared import (
     allowed_sources,
     call_error,
     elapsed_ms,
+    next_round,
     remaining_seconds,
     resolve_subqueries,
     today,
@@ -58,12 +59,11 @@ def make_assess_evidence(bindings: Bindings) -> NodeFn:
         iteration = state.iteration
         if evidence.is_sufficient or iteration >= context.max_iterations:
             return update
-        followups = _followups(bindings, state, context, evidence, iteration + 1)
+        round_no = next_round(state.subqueries)
+        followups = _followups(bindings, state, context, evidence, round_no)
         if followups:
             runtime.stream_writer({"event": "following_up", "subqueries": len(followups)})
-            update.update(
-                subqueries=followups, iteration=iteration + 1, round_to_search=iteration + 1
-            )
+            update.update(subqueries=followups, iteration=iteration + 1, round_to_search=round_no)
         return update
 
     return assess_evidence

@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import Usage
-from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, remaining_seconds
+from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, next_round, remaining_seconds
 from agentic_retrieval.rerankers.base import Reranker, UsageReportingReranker, clamp_score
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.state import (
@@ -67,7 +67,7 @@ def make_rerank(bindings: Bindings) -> NodeFn:
             )
         selection = select(candidates, scores, state.source_params, context)
         record = RerankActivity(
-            key=f"rerank:{state.iteration}",
+            key=f"rerank:{next_round(state.subqueries) - 1}",
             started=wall,
             elapsed_ms=elapsed_ms(clock),
             error=error,

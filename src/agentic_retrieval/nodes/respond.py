@@ -66,15 +66,17 @@ def make_respond(bindings: Bindings) -> NodeFn:
 def _summary_entries(state: RetrievalState, context: Context, timed_out: bool) -> list[Activity]:
     now = time.time()
     entries: list[Activity] = []
-    if state.planned_by == "model" or state.effort_note:
+    if state.planned_by == "model" or state.effort_note or state.requested_effort == "auto":
         entries.append(
             ReasoningActivity(
                 key="reasoning",
                 started=now,
                 effort=state.effort or "minimal",
+                requested=state.requested_effort,
                 usage=total_usage(state.activity_log),
                 iterations=state.iteration,
                 warning=state.effort_note,
+                decisions=list(state.tier_decisions),
             )
         )
     if timed_out:

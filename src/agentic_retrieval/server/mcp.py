@@ -78,9 +78,11 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
             Field(description="The conversation so far (alternative to query).", max_length=200),
         ] = None,
         effort: Annotated[
-            Literal["minimal", "low", "medium"] | None,
+            Literal["minimal", "low", "medium", "auto"] | None,
             Field(
-                description="Reasoning effort: minimal (no LLM), low, medium. Default: the "
+                description="Reasoning effort: minimal (no LLM), low, medium, or auto (starts "
+                "without a model and escalates only when the question or its results call for "
+                "it). Default: the "
                 "knowledge base's default, else low with a chat model and minimal without "
                 "one (the result's note says so)."
             ),

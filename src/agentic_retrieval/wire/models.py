@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-ReasoningEffortKind = Literal["minimal", "low", "medium"]
+ReasoningEffortKind = Literal["minimal", "low", "medium", "auto"]
 OutputMode = Literal["extractiveData", "answerSynthesis"]
 
 SUPPORTED_API_VERSIONS = (

@@ -27,6 +27,7 @@ from agentic_retrieval.state import (
     RerankActivity,
     RuntimeLimitActivity,
     SearchActivity,
+    TierDecision,
 )
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 
@@ -139,7 +140,7 @@ def _rerank(entry: RerankActivity) -> dict[str, Any]:
 
 @render_record.register
 def _reasoning(entry: ReasoningActivity) -> dict[str, Any]:
-    record = {
+    record: dict[str, Any] = {
         "type": "agenticReasoning",
         "retrievalReasoningEffort": {"kind": entry.effort},
         "reasoningTokens": entry.usage.reasoning_tokens,
@@ -147,9 +148,33 @@ def _reasoning(entry: ReasoningActivity) -> dict[str, Any]:
         "outputTokens": entry.usage.output_tokens,
         "iterations": entry.iterations,
     }
+    if entry.requested:
+        record["logicalReasoningEffort"] = {"kind": entry.requested}
+    if entry.decisions:
+        record["effortDecisions"] = [render_decision(d) for d in entry.decisions]
     if entry.warning:
         record["warning"] = entry.warning
     return record
+
+
+def render_decision(decision: TierDecision) -> dict[str, Any]:
+    """One ``auto`` decision, our extension of ``agenticReasoning``.
+
+    What was judged at which tier, the tier escalated to (``null``: stopped there), why, and
+    the measured signals.
+    """
+    return {
+        "step": decision.step,
+        "tier": decision.tier,
+        "escalateTo": decision.escalate_to,
+        "reason": decision.reason,
+        "signals": {_camel(k): v for k, v in decision.signals.items()},
+    }
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 @render_record.register

@@ -208,7 +208,7 @@ def conversation_request(
     Args:
         turns: ``(role, text)`` pairs, oldest first.
         sources: The knowledge base's sources (the per-source parameters name each).
-        effort: ``minimal``, ``low`` or ``medium`` (default: the knowledge base's).
+        effort: ``minimal``, ``low``, ``medium`` or ``auto`` (default: the knowledge base's).
         output_mode: ``extractiveData`` or ``answerSynthesis``.
         filter_add_on: An OData filter ANDed onto every source.
         source_data: Ask every source for ``sourceData`` on its references.

@@ -1,0 +1,131 @@
+"""Routing and planning with the planning model: one structured call.
+
+Shared by ``route_and_plan`` (low and medium effort) and ``plan_queries`` (the ``auto``
+effort escalating to planning).
+
+One structured call decides whether retrieval is needed and plans the subqueries with their
+goals, optional OData filters and source selection. Output that does not parse degrades to
+the question as asked, with an error record; a planner filter that does not parse is dropped
+(the caller's filter still applies).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+
+from agentic_retrieval.context import Context
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.llm.chat_models import structured_call
+from agentic_retrieval.llm.schemas import QueryPlan
+from agentic_retrieval.nodes._shared import (
+    call_error,
+    elapsed_ms,
+    remaining_seconds,
+    today,
+    transcript,
+)
+from agentic_retrieval.odata import ODataError, parse_filter
+from agentic_retrieval.sources.base import FilterableKnowledgeSource
+from agentic_retrieval.state import ErrorInfo, PlanningActivity, RetrievalState, Subquery
+
+
+async def plan_retrieval(
+    bindings: Bindings,
+    state: RetrievalState,
+    context: Context,
+    config: RunnableConfig,
+    question: str,
+    started_at: float,
+) -> dict[str, Any]:
+    """Route and plan ``question`` with the planning model.
+
+    Returns:
+        The state update: ``needs_retrieval``, then ``assistant_message`` (no retrieval)
+        or ``planned`` (the subqueries), and the planning record in ``activity_log``.
+    """
+    model = bindings.models.resolve("planning", context)
+    prompt = context.routing_prompt.format(
+        today=today(),
+        max_subqueries=context.max_subqueries,
+        sources=_describe_sources(bindings, context),
+    )
+    wall, clock = time.time(), time.perf_counter()
+    result = await structured_call(
+        model,
+        QueryPlan,
+        [SystemMessage(prompt), HumanMessage(transcript(state.messages))],
+        config=config,
+        timeout=remaining_seconds(started_at, context),
+    )
+    plan = result.value
+    record = PlanningActivity(
+        key="plan",
+        started=wall,
+        elapsed_ms=elapsed_ms(clock),
+        usage=result.usage,
+        error=call_error(result),
+    )
+    if plan is not None and not plan.needs_retrieval:
+        reply = plan.assistant_message.strip() or "How can I help?"
+        record = record.model_copy(update={"assistant_message": reply})
+        return {"needs_retrieval": False, "assistant_message": reply, "activity_log": [record]}
+    planned = [
+        Subquery(
+            id=f"q0.{i}",
+            text=q.query.strip(),
+            goal=q.goal.strip() or None,
+            filter=q.filter.strip() or None,
+            sources=tuple(q.knowledge_sources),
+        )
+        for i, q in enumerate(plan.queries if plan is not None else [])
+        if q.query.strip()
+    ]
+    degraded = None
+    if not planned:
+        # Degrade rather than fail: search the question as asked.
+        planned = [Subquery(id="q0.0", text=question)]
+        if plan is not None:
+            degraded = ErrorInfo.of(
+                "ModelOutputInvalid", "the plan asked for retrieval but had no usable query"
+            )
+    planned, dropped = _drop_malformed_filters(planned)
+    if dropped and degraded is None:
+        degraded = ErrorInfo.of(
+            "InvalidFilter", "dropped the planner's malformed filter(s): " + "; ".join(dropped)
+        )
+    if record.error is None and degraded is not None:
+        record = record.model_copy(update={"error": degraded})
+    return {"needs_retrieval": True, "planned": planned, "activity_log": [record]}
+
+
+def _drop_malformed_filters(planned: list[Subquery]) -> tuple[list[Subquery], list[str]]:
+    """Remove planner filters that do not parse (the caller's filter still applies).
+
+    The plan is the only producer of subquery filters (intents and follow-ups carry none),
+    so this is the one place they are checked.
+    """
+    kept, dropped = [], []
+    for subquery in planned:
+        if subquery.filter:
+            try:
+                parse_filter(subquery.filter)
+            except ODataError as exc:
+                dropped.append(f"{subquery.filter!r} ({exc})")
+                subquery = subquery.model_copy(update={"filter": None})
+        kept.append(subquery)
+    return kept, dropped
+
+
+def _describe_sources(bindings: Bindings, context: Context) -> str:
+    lines = []
+    for name, source in bindings.sources.items():
+        if context.knowledge_sources is not None and name not in context.knowledge_sources:
+            continue
+        fields = source.filterable_fields if isinstance(source, FilterableKnowledgeSource) else ()
+        suffix = f" (filterable fields: {', '.join(fields)})" if fields else ""
+        lines.append(f"- {name}: {source.description or 'no description'}{suffix}")
+    return "\n".join(lines) or "- (no sources)"
