@@ -19,7 +19,8 @@ only a real model can judge: how much better a model's rewrite is than the quest
 whether its evidence assessment would ask useful follow-ups, and so whether the escalations
 ``auto`` pays for buy quality.
 
-Run: ``.venv/bin/python benchmarks/bench_auto.py`` (``--no-cranfield`` for the tuning set only).
+Run: ``.venv/bin/python benchmarks/bench_auto.py`` (``--no-cranfield`` for the tuning set only;
+``--decisions`` prints ``auto``'s decisions and signals for each tuning question).
 """
 
 from __future__ import annotations
@@ -186,6 +187,37 @@ def run_sample() -> EvalReport:
         )
 
 
+def print_decisions() -> None:
+    """``auto``'s decisions and signals per tuning question (what the thresholds were set on)."""
+    from agentic_retrieval.kb.loader import open_knowledge_base
+
+    with tempfile.TemporaryDirectory(prefix="bench-auto-") as root:
+        directory = build_sample_kb(Path(root) / "kb")
+        kb = open_knowledge_base(directory.path, chat_model=model())
+        for question in sample_set():
+            request = {
+                "messages": [
+                    {"role": role, "content": [{"type": "text", "text": text}]}
+                    for role, text in question.messages
+                ],
+                "retrievalReasoningEffort": {"kind": "auto"},
+            }
+            response = kb.retrieve(request)
+            keys = [ref.doc_key or "" for ref in response.references]
+            slugs = [re.sub(r"[^a-z0-9]+", "-", f.lower()) for f in question.relevant]
+            rank = next(
+                (i for i, k in enumerate(keys, 1) if any(k.startswith(s) for s in slugs)), None
+            )
+            print(f"{question.id} rank {rank}: {question.text}")
+            for record in response.activity or []:
+                for decision in (record.model_extra or {}).get("effortDecisions", []):
+                    signals = ", ".join(f"{k} {v:g}" for k, v in decision["signals"].items())
+                    print(
+                        f"    {decision['step']} at {decision['tier']} -> "
+                        f"{decision['escalateTo'] or 'stop'} ({signals})"
+                    )
+
+
 def run_cranfield() -> EvalReport | None:
     """The held-out set: Cranfield, lexical, top 100, no threshold (ranking metrics)."""
     if not (CRANFIELD / "corpus.jsonl").is_file():
@@ -202,7 +234,13 @@ def run_cranfield() -> EvalReport | None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-cranfield", action="store_true")
+    parser.add_argument(
+        "--decisions", action="store_true", help="auto's decisions per tuning question"
+    )
     args = parser.parse_args()
+    if args.decisions:
+        print_decisions()
+        return 0
     load = os.getloadavg()[0]
     started = time.perf_counter()
     report_table(run_sample(), "Tuning set: sample corpus, 14 questions + 4 follow-ups")
