@@ -336,3 +336,28 @@ def test_cli_accepts_auto_and_without_a_model_says_it_stayed_model_free(tmp_path
     (record,) = [a for a in body["activity"] if a["type"] == "agenticReasoning"]
     assert record["retrievalReasoningEffort"] == {"kind": "minimal"}
     assert record["logicalReasoningEffort"] == {"kind": "auto"}
+
+
+def test_auto_with_an_unusable_model_is_a_request_error_before_the_run(toy_source, monkeypatch):
+    from agentic_retrieval.errors import InvalidRequestError
+    from agentic_retrieval.llm.chat_models import _init_model
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    _init_model.cache_clear()
+    kb = KnowledgeBase([toy_source], chat_model="foo:bar")
+    with pytest.raises(InvalidRequestError, match="cannot be created"):
+        kb.retrieve({"messages": [user("day pass?")], **AUTO})
+
+
+def test_auto_needs_an_evidence_model_it_may_escalate_to(toy_source, monkeypatch):
+    from agentic_retrieval.errors import ModelRequiredError
+
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_CHAT_MODEL", raising=False)
+    kb = KnowledgeBase([toy_source], planning_model=ScriptedChatModel(script={}))
+    with pytest.raises(ModelRequiredError) as caught:
+        kb.retrieve({"messages": [user("day pass?")], **AUTO})
+    assert (caught.value.setting, caught.value.value, caught.value.role) == (
+        "effort",
+        "auto",
+        "evidence",
+    )

@@ -176,7 +176,8 @@ def _model_needs(
     """What in a run of ``request`` calls a chat model: ``(setting, value, role)`` triples.
 
     The effort is decided as the graph decides it (:func:`choose_effort`): left unset it
-    never needs a model, so only an effort the caller chose, or ``answerSynthesis``, can.
+    never needs a model, so only an effort the caller chose, or ``answerSynthesis``, can;
+    ``auto`` with a planning model may escalate to assessment, so it needs both models.
     """
     has_intents = bool(request.intents)
     choice = choose_effort(
@@ -189,6 +190,8 @@ def _model_needs(
         needs.append(("effort", choice.effort, "planning"))
         if choice.effort == "medium":
             needs.append(("effort", choice.effort, "evidence"))
+    elif choice.auto:  # may escalate up to assessment: build both models now
+        needs += [("effort", "auto", "planning"), ("effort", "auto", "evidence")]
     if context.output_mode == "answerSynthesis":
         needs.append(("output_mode", context.output_mode, "answer"))
     return needs
