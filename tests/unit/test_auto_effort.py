@@ -361,3 +361,65 @@ def test_auto_needs_an_evidence_model_it_may_escalate_to(toy_source, monkeypatch
         "auto",
         "evidence",
     )
+
+
+def test_on_a_thread_the_second_turn_is_a_follow_up_and_the_first_turns_decisions_are_gone(
+    toy_source, caplog
+):
+    """The conversation a checkpointer keeps is what makes a turn a follow-up."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import MemorySaver
+
+    from agentic_retrieval import build_graph
+    from agentic_retrieval.checkpointing import checkpoint_serializer
+
+    plan = {"needs_retrieval": True, "queries": [{"query": "day pass valid until"}]}
+    model = ScriptedChatModel(script={"QueryPlan": [plan]})
+    graph = build_graph(
+        [toy_source],
+        chat_model=model,
+        checkpointer=MemorySaver(serde=checkpoint_serializer()),
+    )
+    thread = {"configurable": {"thread_id": "auto-thread"}}
+    auto = Context(reasoning_effort="auto")
+    first = graph.invoke(
+        {"messages": [HumanMessage("How much does a day pass cost?")]}, thread, context=auto
+    )
+    second = graph.invoke(
+        {"messages": [HumanMessage("Until when is it valid?")]}, thread, context=auto
+    )
+    assert model.script.count() == 1  # only the follow-up was planned
+
+    def decisions(output: dict) -> list[tuple[str, str, str | None]]:
+        (record,) = [a for a in output["activity"] if a["type"] == "agenticReasoning"]
+        return [(d["step"], d["tier"], d["escalateTo"]) for d in record["effortDecisions"]]
+
+    assert decisions(first) == [("question", "minimal", None), ("results", "minimal", None)]
+    assert decisions(second) == [("question", "minimal", "low"), ("results", "low", None)]
+    assert second["references"][0]["docKey"] == "fares"
+    assert "unregistered type" not in caplog.text and "Blocked" not in caplog.text
+
+
+def test_evaluate_compares_auto_with_the_fixed_efforts(toy_source):
+    from agentic_retrieval.eval import Configuration, Question, evaluate
+
+    plan = {"needs_retrieval": True, "queries": [{"query": "day pass"}, {"query": "bike fee"}]}
+    model = ScriptedChatModel(script={"QueryPlan": [plan]})
+    kb = KnowledgeBase([toy_source], chat_model=model)
+    questions = [
+        Question(
+            id="direct", messages=(("user", "How long are lost items kept?"),), relevant={"lost": 1}
+        ),
+        Question(
+            id="two-part",
+            messages=(("user", "How much is a day pass, and what is the late fee for a bike?"),),
+            relevant={"fares": 1, "bike-fees": 1},
+        ),
+    ]
+    report = evaluate(
+        kb, [Configuration(effort="minimal"), Configuration(effort="auto")], questions=questions
+    )
+    auto = report.results[1]
+    assert auto.configuration.name.startswith("auto/")
+    assert [q.model_calls for q in auto.queries] == [0, 1]
+    assert auto.summary["R@10"] == 1.0
