@@ -226,7 +226,7 @@ def test_injection_attempts_are_literals(db: sqlite3.Connection, value: str) -> 
     text = f"category eq '{escaped}' or search.in(category, '{escaped}', '|')"
     where, params = to_sql(parse_filter(text), column)
     assert value not in where  # the value only travels as a parameter
-    assert params == [value, value]
+    assert params == [value, json.dumps([value])]  # search.in's values: one JSON array
     assert sql_ids(db, text) == []
     assert python_ids(text) == []
     assert db.execute("SELECT count(*) FROM records").fetchone() == (5,)
@@ -257,3 +257,57 @@ def test_and_filters_parenthesises_each_part() -> None:
     predicate = compile_predicate(combined)
     assert not predicate({"dept": "legal", "y": 2})
     assert predicate({"dept": "hr", "y": 2})
+
+
+# --- hostile filters: bounded depth, length and numbers --------------------------------------
+
+LIMIT_CASES = [
+    ("parentheses", "(" * 300 + "year eq 2021" + ")" * 300, "levels deep"),
+    ("nots", "not " * 1500 + "active", "levels deep"),
+    (
+        "lambdas",
+        "".join(f"tags/any(t{i}: " for i in range(500)) + "t0 eq 'hr'" + ")" * 500,
+        "levels deep",
+    ),
+    ("or-chain", " or ".join(f"year eq {i}" for i in range(1200)), "more than 1000 conditions"),
+    ("and-chain", " and ".join("active" for _ in range(1001)), "more than 1000 conditions"),
+    ("huge-integer", "page eq 9999999999999999999999999999999", "out of range"),
+    ("int64-plus-one", f"page eq {2**63}", "out of range"),
+    ("five-thousand-digits", "page eq " + "9" * 5000, "out of range"),
+    ("infinite-double", "rating lt 1e999", "out of range"),
+    ("too-long", "category eq '" + "x" * 70_000 + "'", "the limit is 65536"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"), [c[1:] for c in LIMIT_CASES], ids=[c[0] for c in LIMIT_CASES]
+)
+def test_hostile_filters_are_filter_errors_not_crashes(text: str, message: str) -> None:
+    with pytest.raises(ODataError, match=message):
+        parse_filter(text)
+
+
+def test_filters_at_the_limits_parse_evaluate_and_run_in_sqlite(db: sqlite3.Connection) -> None:
+    # 31 parentheses around a 999-condition chain: the compiled SQL stays under SQLite's
+    # expression depth and Python's recursion limit
+    chain = " or ".join(f"year eq {i}" for i in range(1, 1000)) + " or year eq 2021"
+    nested = "(" * 31 + chain + ")" * 31
+    assert python_ids(nested) == ["r2"]
+    assert sql_ids(db, nested) == ["r2"]
+    nots = "not " * 32 + "active"  # an even number of negations: active records
+    assert python_ids(nots) == sql_ids(db, nots) == ["r1", "r3"]
+    extremes = f"year ge {-(2**63)} and year le {2**63 - 1} and rating lt 1e308"
+    assert python_ids(extremes) == sql_ids(db, extremes) == ["r1", "r2"]
+
+
+def test_long_chains_keep_their_meaning_as_balanced_trees() -> None:
+    a, b, c, d = (Compare("eq", Field(x), Literal(1)) for x in "abcd")
+    assert parse_filter("a eq 1 or b eq 2".replace("2", "1")) == Or(a, b)
+    assert parse_filter("a eq 1 or b eq 1 or c eq 1") == Or(Or(a, b), c)
+    assert parse_filter("a eq 1 and b eq 1 and c eq 1 and d eq 1") == And(And(a, b), And(c, d))
+
+
+def test_search_in_with_more_values_than_sqlite_has_parameters(db: sqlite3.Connection) -> None:
+    values = "x," * 32_700 + "policy"  # SQLite binds at most 32,766 parameters
+    text = f"search.in(category, '{values}')"
+    assert sql_ids(db, text) == python_ids(text) == ["r2"]

@@ -132,13 +132,49 @@ def unique_candidates(
             rank[key] = min(rank[key], position)
     ordered = sorted(first.values(), key=lambda h: (rank[(h.source, h.doc_key)], -h.score))
     kept: list[RetrievedHit] = []
+    index = _TwinIndex()
     for hit in ordered:
-        twin = next((k for k in kept if _near_duplicate(hit.content, k.content)), None)
+        twin = index.find(hit.content)
         if twin is not None:
-            queries[(twin.source, twin.doc_key)] |= queries[(hit.source, hit.doc_key)]
+            original = kept[twin]
+            queries[(original.source, original.doc_key)] |= queries[(hit.source, hit.doc_key)]
             continue
+        index.add(hit.content, len(kept))
         kept.append(hit)
     return kept, queries
+
+
+class _TwinIndex:
+    """Kept texts by exact content and by sketch value, so finding a twin is not a scan.
+
+    Comparing each candidate with every kept one was quadratic (a request with 10 intents
+    over a few sources gathers thousands of hits); looking up the candidate's 16 sketch
+    values touches only the kept texts sharing one, in kept order as before.
+    """
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.exact: dict[str, int] = {}
+        self.postings: dict[int, list[int]] = defaultdict(list)
+
+    def find(self, text: str) -> int | None:
+        """The position of the first kept text ``text`` nearly duplicates, if any."""
+        exact = self.exact.get(text)
+        shared: dict[int, int] = defaultdict(int)
+        for value in sketch(text):
+            for position in self.postings.get(value, ()):
+                shared[position] += 1
+        candidates = sorted(p for p, count in shared.items() if count >= SKETCH_OVERLAP)
+        if exact is not None:
+            candidates = sorted({*candidates, exact})
+        return next((p for p in candidates if _near_duplicate(text, self.texts[p])), None)
+
+    def add(self, text: str, position: int) -> None:
+        """Remember ``text`` as kept at ``position``."""
+        self.texts.append(text)
+        self.exact.setdefault(text, position)
+        for value in sketch(text):
+            self.postings[value].append(position)
 
 
 def _near_duplicate(a: str, b: str) -> bool:

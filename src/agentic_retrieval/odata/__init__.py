@@ -14,6 +14,10 @@ Supported subset:
   (non-empty);
 - bare boolean fields (``isActive``) and field paths with ``/`` (``address/city``).
 
+Limits (each an :class:`ODataError`, i.e. a 400 over HTTP): at most ``MAX_FILTER_LENGTH``
+characters, ``MAX_NESTING`` levels of parentheses/``not``/lambdas, ``MAX_CONDITIONS``
+conditions joined by ``and``/``or``; integers are ``Edm.Int64`` and numbers must be finite.
+
 Semantics shared by the Python evaluator and the SQL compiler (the local store uses SQL, the
 in-memory sources use Python; both give the same answer on the same record):
 
@@ -27,6 +31,9 @@ in-memory sources use Python; both give the same answer on the same record):
 """
 
 from agentic_retrieval.odata.ast import (
+    MAX_CONDITIONS,
+    MAX_FILTER_LENGTH,
+    MAX_NESTING,
     All,
     And,
     Any_,
@@ -56,6 +63,9 @@ from agentic_retrieval.odata.parser import parse_filter
 from agentic_retrieval.odata.sql import to_sql
 
 __all__ = [
+    "MAX_CONDITIONS",
+    "MAX_FILTER_LENGTH",
+    "MAX_NESTING",
     "All",
     "And",
     "Any_",

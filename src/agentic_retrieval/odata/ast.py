@@ -25,6 +25,17 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z_][A-Za-z0-9_]*)*\Z")
 DEFAULT_DELIMITERS = " ,"
 
+MAX_FILTER_LENGTH = 65_536
+"""Longest filter text parsed: twice the longest ``filterAddOn`` a request may carry, so a
+caller's filter ANDed with a planner's still parses."""
+MAX_NESTING = 32
+"""Deepest nesting of parentheses, ``not`` and lambdas; real filters use a handful."""
+MAX_CONDITIONS = 1000
+"""Most conditions joined by ``and``/``or`` in one filter (Azure warns from "hundreds of
+clauses"); a long list of values is one ``search.in`` condition."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Integer literals are ``Edm.Int64``, as in Azure (and SQLite's INTEGER)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Literal:

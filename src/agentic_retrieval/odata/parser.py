@@ -1,4 +1,10 @@
-"""Recursive-descent parser with Azure's precedence (``not`` > comparison > ``and`` > ``or``)."""
+"""Recursive-descent parser with Azure's precedence (``not`` > comparison > ``and`` > ``or``).
+
+Bounded: at most ``MAX_NESTING`` levels of parentheses, ``not`` and lambdas, at most
+``MAX_CONDITIONS`` conditions joined by ``and``/``or``, and chains of one operator become
+balanced trees, so the parser, the evaluator, the SQL compiler and SQLite itself never
+recurse deeper than a few hundred frames, whatever the input.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from agentic_retrieval.odata.ast import (
     DEFAULT_DELIMITERS,
     FLIPPED,
     IDENTIFIER,
+    MAX_CONDITIONS,
+    MAX_NESTING,
     All,
     And,
     Any_,
@@ -35,6 +43,33 @@ class _Parser:
         self.tokens = tokenize(text)
         self.index = 0
         self.variables: list[str] = []
+        self.depth = 0
+        self.conditions = 1
+
+    def enter(self, token: Token) -> None:
+        """One level deeper (a parenthesis, ``not`` or a lambda), within ``MAX_NESTING``."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise ODataError(
+                f"the filter nests parentheses, 'not' and lambdas more than {MAX_NESTING} "
+                "levels deep",
+                token.position,
+                self.text,
+            )
+
+    def leave(self) -> None:
+        self.depth -= 1
+
+    def count_condition(self, token: Token) -> None:
+        """One more condition joined by ``and``/``or``, within ``MAX_CONDITIONS``."""
+        self.conditions += 1
+        if self.conditions > MAX_CONDITIONS:
+            raise ODataError(
+                f"the filter joins more than {MAX_CONDITIONS} conditions with 'and'/'or'; "
+                "for a long list of values use search.in(field, 'a,b,c')",
+                token.position,
+                self.text,
+            )
 
     @property
     def current(self) -> Token:
@@ -67,18 +102,18 @@ class _Parser:
         return expr
 
     def parse_or(self) -> Expr:
-        left = self.parse_and()
+        operands = [self.parse_and()]
         while self.is_keyword("or"):
-            self.advance()
-            left = Or(left, self.parse_and())
-        return left
+            self.count_condition(self.advance())
+            operands.append(self.parse_and())
+        return _balanced(Or, operands)
 
     def parse_and(self) -> Expr:
-        left = self.parse_comparison()
+        operands = [self.parse_comparison()]
         while self.is_keyword("and"):
-            self.advance()
-            left = And(left, self.parse_comparison())
-        return left
+            self.count_condition(self.advance())
+            operands.append(self.parse_comparison())
+        return _balanced(And, operands)
 
     def parse_comparison(self) -> Expr:
         start = self.current
@@ -123,9 +158,10 @@ class _Parser:
 
     def parse_unary(self) -> Expr | Field | Literal:
         if self.is_keyword("not"):
-            self.advance()
+            self.enter(self.advance())
             operand_token = self.current
             operand = self.parse_unary()
+            self.leave()
             if isinstance(operand, Literal):
                 operand = self.as_predicate(operand, operand_token)
             elif isinstance(operand, Field):
@@ -136,9 +172,10 @@ class _Parser:
     def parse_primary(self) -> Expr | Field | Literal:
         token = self.current
         if token.kind == "punct" and token.text == "(":
-            self.advance()
+            self.enter(self.advance())
             expr = self.parse_or()
             self.expect_punct(")")
+            self.leave()
             return expr
         if token.kind in ("string", "number", "datetime"):
             self.advance()
@@ -218,15 +255,29 @@ class _Parser:
             raise self.error("expected a range variable name")
         self.advance()
         self.expect_punct(":")
+        self.enter(var_token)
         self.variables.append(var_token.text)
         try:
             predicate = self.parse_or()
         finally:
             self.variables.pop()
         self.expect_punct(")")
+        self.leave()
         if kind == "any":
             return Any_(field, var_token.text, predicate)
         return All(field, var_token.text, predicate)
+
+
+def _balanced(kind: type[And] | type[Or], operands: list[Expr]) -> Expr:
+    """``a op b op c ...`` as a balanced tree (left-heavy, so three operands nest as before).
+
+    The operator is associative, so the meaning and the left-to-right order are unchanged;
+    the depth is logarithmic instead of one level per operand.
+    """
+    if len(operands) == 1:
+        return operands[0]
+    middle = (len(operands) + 1) // 2
+    return kind(_balanced(kind, operands[:middle]), _balanced(kind, operands[middle:]))
 
 
 def parse_filter(text: str) -> Expr:
@@ -239,7 +290,9 @@ def parse_filter(text: str) -> Expr:
         The root expression.
 
     Raises:
-        ODataError: With the 0-based ``position`` of the first problem.
+        ODataError: With the 0-based ``position`` of the first problem; also for a filter
+            longer than ``MAX_FILTER_LENGTH`` characters, nested deeper than ``MAX_NESTING``
+            or joining more than ``MAX_CONDITIONS`` conditions, and for numbers out of range.
 
     """
     return _Parser(text).parse()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -115,9 +116,10 @@ class _SqlCompiler:
     def search_in(self, col: str, values: tuple[str, ...]) -> str:
         if not values:
             return "0"
-        self.params.extend(values)
-        marks = ", ".join("?" for _ in values)
-        return f"IFNULL(typeof({col}) = 'text' AND {col} IN ({marks}), 0)"
+        # one JSON parameter, not one per value: a long list stays under SQLite's limit on
+        # bound parameters
+        self.params.append(json.dumps(values))
+        return f"IFNULL(typeof({col}) = 'text' AND {col} IN (SELECT value FROM json_each(?)), 0)"
 
     def lambda_(
         self,

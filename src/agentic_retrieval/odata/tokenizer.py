@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agentic_retrieval.odata.ast import ODataError
+from agentic_retrieval.odata.ast import INT64_MAX, INT64_MIN, MAX_FILTER_LENGTH, ODataError
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +32,15 @@ def tokenize(text: str) -> list[Token]:
     """Split ``text`` into tokens, ending with an ``end`` token.
 
     Raises:
-        ODataError: At the first character that starts no token.
+        ODataError: At the first character that starts no token, for a number out of range,
+            or for a text longer than ``MAX_FILTER_LENGTH``.
     """
+    if len(text) > MAX_FILTER_LENGTH:
+        raise ODataError(
+            f"the filter is {len(text)} characters long; the limit is {MAX_FILTER_LENGTH}",
+            MAX_FILTER_LENGTH,
+            text[:80],
+        )
     tokens: list[Token] = []
     i, n = 0, len(text)
     while i < n:
@@ -48,9 +56,7 @@ def tokenize(text: str) -> list[Token]:
             tokens.append(Token("datetime", m.group(), i, _parse_datetime_literal(m.group(), i)))
             i = m.end()
         elif m := _NUMBER.match(text, i):
-            raw = m.group()
-            is_int = re.fullmatch(r"-?\d+", raw) is not None
-            tokens.append(Token("number", raw, i, int(raw) if is_int else float(raw)))
+            tokens.append(Token("number", m.group(), i, _number(m.group(), i)))
             i = m.end()
         elif m := _WORD.match(text, i):
             tokens.append(Token("ident", m.group(), i))
@@ -59,6 +65,28 @@ def tokenize(text: str) -> list[Token]:
             raise ODataError(f"unexpected character {ch!r}", i, text)
     tokens.append(Token("end", "", n))
     return tokens
+
+
+def _number(raw: str, position: int) -> int | float:
+    """An ``Edm.Int64`` or ``Edm.Double`` literal; anything out of range is a filter error."""
+    if re.fullmatch(r"-?\d+", raw):
+        # compare digit counts first: int() of a 5,000-digit text is slow or refused
+        if len(raw.lstrip("-").lstrip("0")) <= 19:
+            value = int(raw)
+            if INT64_MIN <= value <= INT64_MAX:
+                return value
+        raise ODataError(
+            f"integer {_abbreviated(raw)} is out of range (from {INT64_MIN} to {INT64_MAX})",
+            position,
+        )
+    number = float(raw)
+    if not math.isfinite(number):
+        raise ODataError(f"number {_abbreviated(raw)} is out of range", position)
+    return number
+
+
+def _abbreviated(raw: str) -> str:
+    return raw if len(raw) <= 40 else f"{raw[:20]}... ({len(raw)} characters)"
 
 
 def _read_string(text: str, start: int, tokens: list[Token]) -> int:

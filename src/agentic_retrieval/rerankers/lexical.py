@@ -8,7 +8,8 @@ rank weight ``r = 0.3``. The source's ranking (BM25, or BM25 and vectors fused) 
 things coverage does not, such as term proximity and meaning; measured on the shared
 documents (``benchmarks/README.md``), the blend beats either signal alone.
 
-``coverage`` is ``Σ w·m / Σ w`` over the query's distinct terms, where ``w`` is
+``coverage`` is ``Σ w·m / Σ w`` over the query's distinct terms (the first
+``MAX_QUERY_TERMS``, 64, so a pasted document costs no more than a long question), where ``w`` is
 the term's IDF within the candidate set (rare, specific terms count most) and ``m`` how well
 the candidate matches it: ``0.7 + 0.3 × s`` when the term is in the passage text, with ``s``
 a BM25-style saturation of its frequency normalised by passage length (so a passage about the
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 
 from agentic_retrieval.rerankers.base import clamp_score
 from agentic_retrieval.sources.base import Hit
-from agentic_retrieval.text import token_counts, token_set, tokenize
+from agentic_retrieval.text import query_terms, token_counts, token_set
 
 IN_TEXT = 0.7
 """Match credit for a term present in the passage text (plus up to 0.3 for frequency)."""
@@ -87,7 +88,7 @@ class LexicalReranker:
 
     def coverage(self, query: str, hits: Sequence[Hit]) -> list[float]:
         """The coverage part alone, on the 0-4 scale."""
-        terms = sorted(set(tokenize(query)))
+        terms = sorted(query_terms(query))
         if not terms or not hits:
             return [0.0] * len(hits)
         bodies = [token_counts(h.content) for h in hits]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_retrieval.sources.base import Hit, SearchQuery
-from agentic_retrieval.text import tokenize
+from agentic_retrieval.text import query_terms, tokenize
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class InMemoryKnowledgeSource:
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Score every document matching the filter; return the best ``query.top``."""
         predicate = _predicate(query.filter)
-        terms = tokenize(query.text)
+        terms = query_terms(query.text)
         scored: list[tuple[float, int]] = []
         for index, doc in enumerate(self._docs):
             if not predicate(dict(doc.metadata or {})):
@@ -78,14 +78,14 @@ class InMemoryKnowledgeSource:
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         return [self._hit(i, s) for s, i in scored[: query.top]]
 
-    def _bm25(self, index: int, terms: list[str]) -> float:
+    def _bm25(self, index: int, terms: dict[str, int]) -> float:
         tokens, length = self._tokens[index], self._lengths[index]
         norm = self._k1 * (1 - self._b + self._b * length / (self._avg_len or 1.0))
         score = 0.0
-        for term in terms:
+        for term, repeats in terms.items():
             tf = tokens.get(term, 0)
             if tf:
-                score += self._idf[term] * tf * (self._k1 + 1) / (tf + norm)
+                score += repeats * self._idf[term] * tf * (self._k1 + 1) / (tf + norm)
         return score
 
     def _hit(self, index: int, score: float) -> Hit:

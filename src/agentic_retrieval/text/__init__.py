@@ -2,6 +2,8 @@
 
 from agentic_retrieval.text.analysis import (
     MAX_CACHED_CHARS,
+    MAX_QUERY_TERMS,
+    query_terms,
     stem,
     token_counts,
     token_set,
@@ -11,8 +13,10 @@ from agentic_retrieval.text.similarity import SKETCH_SIZE, jaccard, shingles, sk
 
 __all__ = [
     "MAX_CACHED_CHARS",
+    "MAX_QUERY_TERMS",
     "SKETCH_SIZE",
     "jaccard",
+    "query_terms",
     "shingles",
     "sketch",
     "stem",

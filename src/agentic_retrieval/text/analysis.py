@@ -18,6 +18,9 @@ _CJK_RUN = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u
 
 MAX_CACHED_CHARS = 20_000
 """Longer texts are tokenized without caching, so a few huge inputs cannot fill memory."""
+MAX_QUERY_TERMS = 64
+"""Distinct terms of a query that count for lexical scoring (the local store's FTS cap too):
+beyond a few dozen words a query says nothing more, and per-candidate work stays bounded."""
 
 
 def short_text_cache(maxsize: int) -> Callable[[Callable[..., R]], Callable[..., R]]:
@@ -68,6 +71,21 @@ def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
         The tokens in order of appearance.
     """
     return list(cached_tokens(text, drop_stopwords))
+
+
+def query_terms(text: str, limit: int = MAX_QUERY_TERMS) -> dict[str, int]:
+    """The first ``limit`` distinct content terms of a query, with their counts in it.
+
+    Linear in the text, and what callers loop over per candidate is at most ``limit`` terms,
+    however long the query (a whole pasted document is a query too).
+    """
+    counts: dict[str, int] = {}
+    for token in cached_tokens(text, True):
+        if token in counts:
+            counts[token] += 1
+        elif len(counts) < limit:
+            counts[token] = 1
+    return counts
 
 
 @short_text_cache(maxsize=8192)

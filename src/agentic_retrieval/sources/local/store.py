@@ -38,13 +38,13 @@ import numpy as np
 from agentic_retrieval.errors import StoreError as StoreError
 from agentic_retrieval.errors import StoreNotFoundError as StoreNotFoundError
 from agentic_retrieval.odata import Expr, to_sql
+from agentic_retrieval.text import MAX_QUERY_TERMS
 
 logger = logging.getLogger(__name__)
 
 TITLE_WEIGHT = 3.0
 CONTENT_WEIGHT = 1.0
 RRF_K = 60
-MAX_QUERY_TERMS = 64
 _BUSY_TIMEOUT_MS = 30_000
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
@@ -208,19 +208,28 @@ def fts_match_expression(text: str, *, segmented: bool = True) -> str | None:
     With ``segmented`` (indexes whose triggers use :func:`fts_segment`), a CJK run becomes the
     phrase of its bigrams, so a word inside an unspaced sentence matches.
 
+    Only the first ``MAX_QUERY_TERMS`` distinct terms count; the scan stops there, so the
+    cost is linear in the text read and bounded however long the text is.
+
     Returns:
         The MATCH expression, or ``None`` when the text has no word at all.
 
     """
-    terms: list[str] = []
-    for token in _TOKEN.findall(text.casefold()):
-        for term in _query_terms(token, segmented):
-            if term not in terms:
-                terms.append(term)
-    content_terms = [t for t in terms if t not in QUERY_STOPWORDS] or terms
-    if not content_terms:
+    # dicts as ordered sets: first appearance order, O(1) membership
+    content: dict[str, None] = {}
+    stopwords: dict[str, None] = {}
+    for match in _TOKEN.finditer(text):
+        for term in _query_terms(match.group().casefold(), segmented):
+            if term not in QUERY_STOPWORDS:
+                content[term] = None
+            elif len(stopwords) < MAX_QUERY_TERMS:
+                stopwords[term] = None
+        if len(content) >= MAX_QUERY_TERMS:
+            break
+    terms = list(content or stopwords)[:MAX_QUERY_TERMS]
+    if not terms:
         return None
-    return " OR ".join(f'"{term}"' for term in content_terms[:MAX_QUERY_TERMS])
+    return " OR ".join(f'"{term}"' for term in terms)
 
 
 def _query_terms(token: str, segmented: bool) -> list[str]:
