@@ -76,11 +76,17 @@ def free_port() -> int:
 def running_server(
     app: Any, *, ssl: dict[str, str] | None = None, startup_timeout: float = 15.0
 ) -> Iterator[str]:
-    """Run ``app`` with uvicorn in a thread; yield its base URL; stop it afterwards."""
+    """Run ``app`` with uvicorn in a thread; yield its base URL; stop it afterwards.
+
+    The server is configured as ``agentic-retrieval serve`` configures it (header limits
+    from the app's settings).
+    """
     import uvicorn
 
+    from agentic_retrieval.server.serving import uvicorn_config
+
     port = free_port()
-    config = uvicorn.Config(
+    config = uvicorn_config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **(ssl or {})
     )
     server = uvicorn.Server(config)

@@ -679,7 +679,7 @@ def serve(
 ) -> None:
     """Serve the retrieve REST API, the management API (--data) and MCP (--kb)."""
     server = _server_extra()
-    uvicorn = _import_extra("uvicorn", "server")
+    _import_extra("uvicorn", "server")
     if not kb and data is None:
         raise UserError("give --data DIR (a service data directory) and/or --kb DIR")
     names = _served_names(kb or [], data)
@@ -706,8 +706,10 @@ def serve(
     if data is not None:
         err.print(f"managing {data} at {where}/indexes, /knowledgesources, /knowledgebases")
     if workers == 1:
+        from agentic_retrieval.server.serving import serve as run_server
+
         _check_port_free(host, port)
-        uvicorn.run(build(), host=host, port=port, log_level="info")
+        run_server(build(), host=host, port=port, log_level="info")
         return
     from agentic_retrieval.server.workers import bind, run_workers
 

@@ -80,10 +80,14 @@ def create_app(
     )
     app.state.knowledge_bases = registry
     app.state.keys = keys
+    app.state.settings = settings  # serving.py reads the connection-level limits here
     install_error_handlers(app)
     app.add_middleware(
         GuardMiddleware,
+        keys=keys,
+        max_header_bytes=settings.max_header_bytes,
         max_body_bytes=settings.max_body_bytes,
+        body_timeout_seconds=settings.body_timeout_seconds,
         max_in_flight=settings.max_in_flight,
         retry_after_seconds=settings.retry_after_seconds,
         max_upload_bytes=settings.max_upload_bytes,

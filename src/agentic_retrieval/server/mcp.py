@@ -198,9 +198,23 @@ class McpMounts:
                 self._managers = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Authenticate, find the KB's session manager, and hand the request to it."""
+        """Authenticate, find the KB's session manager, and hand the request to it.
+
+        A ``GET`` (a standalone server-to-client stream) is a 405, as the MCP spec allows: a
+        stateless server has nothing to push, and an idle stream would hold a connection and
+        a request slot for as long as the client cares to keep it open.
+        """
         if self.keys.role_of(Headers(scope=scope)) is None:
             await _send(send, ApiError(401, "Access denied: send a valid key in 'api-key'."))
+            return
+        if scope.get("method") == "GET":
+            error = ApiError(
+                405,
+                "This MCP endpoint is stateless and offers no server-to-client stream: "
+                "send JSON-RPC requests with POST.",
+                headers={"Allow": "POST"},
+            )
+            await _send(send, error)
             return
         name = scope.get("path_params", {}).get("name", "")
         manager = self._managers.get(name)
@@ -252,11 +266,7 @@ def _transport_security(host: str) -> TransportSecuritySettings:
 
 async def _send(send: Send, error: ApiError) -> None:
     body = json.dumps(error.body()).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.status,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

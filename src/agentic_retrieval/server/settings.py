@@ -21,10 +21,19 @@ class ServerSettings:
             ``$AGENTIC_RETRIEVAL_API_KEYS`` holds a key, the server is open (no auth).
         query_keys: Keys that may only retrieve (REST ``retrieve`` and the MCP tool).
         read_env_keys: Also read keys from ``$AGENTIC_RETRIEVAL_API_KEYS``.
-        max_body_bytes: Largest request body; bigger ones get a 413.
+        max_body_bytes: Largest request body; bigger ones get a 413 (at once when their
+            ``Content-Length`` says so).
         max_upload_bytes: Largest document batch (``docs/index``) or uploaded file of a file
             knowledge source.
-        max_in_flight: Most requests handled at once; further ones get a 429.
+        body_timeout_seconds: Longest time a request body may take to arrive; a slower one
+            gets a 408 and the connection is closed.
+        header_timeout_seconds: Longest time the request line and headers may take to
+            arrive, from the connection's first byte (or its opening); a slower client gets
+            a 408 and the connection is closed (applied by :mod:`~agentic_retrieval.server.
+            serving`, which runs the app under uvicorn).
+        max_header_bytes: Largest request line plus headers; a bigger one gets a 431.
+        max_in_flight: Most requests handled at once; further ones get a 429. A request
+            takes a slot only once its key is checked and its whole body has arrived.
         retry_after_seconds: The ``Retry-After`` value sent with a 429.
         host: The interface the server listens on; on loopback the MCP endpoint also
             rejects requests whose ``Host``/``Origin`` is not local (DNS-rebinding guard).
@@ -35,6 +44,9 @@ class ServerSettings:
     read_env_keys: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    body_timeout_seconds: float = 30.0
+    header_timeout_seconds: float = 10.0
+    max_header_bytes: int = 64 * 1024
     max_in_flight: int = 64
     retry_after_seconds: int = 1
     host: str = "127.0.0.1"
@@ -45,6 +57,10 @@ class ServerSettings:
             raise ValueError("max_body_bytes must be at least 1")
         if self.max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
+        if self.body_timeout_seconds <= 0 or self.header_timeout_seconds <= 0:
+            raise ValueError("body_timeout_seconds and header_timeout_seconds must be positive")
+        if self.max_header_bytes < 1024:
+            raise ValueError("max_header_bytes must be at least 1024")
 
     def keys(self) -> ApiKeys:
         """The keys in force: the configured ones plus the environment's."""

@@ -111,7 +111,10 @@ class _Supervisor:
 def _serve_one(build_app: AppFactory, sock: socket.socket, log_level: str) -> None:
     import uvicorn
 
+    from agentic_retrieval.server.serving import uvicorn_config
+
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_DFL)  # uvicorn installs its own graceful handlers
-    config = uvicorn.Config(build_app(), log_level=log_level, lifespan="on")
+    # the header limits of a single-process server apply in every worker
+    config = uvicorn_config(build_app(), log_level=log_level, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
