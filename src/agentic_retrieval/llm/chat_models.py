@@ -160,7 +160,8 @@ async def structured_call(
             break
         except Exception as exc:  # a provider error must degrade the node, not the run
             logger.warning("structured call to %s failed: %s", schema.__name__, exc)
-            result.error = f"{type(exc).__name__}: {exc}"
+            # the provider's text stays in the log: it may hold account or key fragments
+            result.error = "the model call failed; the server log has the details"
             result.error_code = "ModelOutputInvalid" if _is_parse_error(exc) else "ModelError"
             continue
         raw = out.get("raw") if isinstance(out, dict) else None
@@ -176,10 +177,12 @@ async def structured_call(
                 result.error = None
                 return result
             except ValueError as exc:
-                result.error = f"output did not match {schema.__name__}: {exc}"
+                logger.warning("model output did not match %s: %s", schema.__name__, exc)
+                result.error = f"the model's output did not match the {schema.__name__} schema"
                 continue
         parsing_error = out.get("parsing_error") if isinstance(out, dict) else None
-        result.error = f"output did not parse as {schema.__name__}: {parsing_error}"
+        logger.warning("model output did not parse as %s: %s", schema.__name__, parsing_error)
+        result.error = f"the model's output did not parse as {schema.__name__}"
         result.error_code = "ModelOutputInvalid"
     return result
 

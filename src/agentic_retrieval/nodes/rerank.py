@@ -209,7 +209,8 @@ async def _score(
         )
     except Exception as exc:  # a failing reranker degrades to lexical scores
         logger.warning("reranker %s failed, falling back to lexical: %s", reranker.name, exc)
-        error = ErrorInfo.of("RerankerError", f"{type(exc).__name__}: {exc}")
+        message = f"reranker {reranker.name} failed; candidates were ranked by lexical coverage"
+        error = ErrorInfo.of("RerankerError", message)
         fallback = LexicalReranker()
         results = [await _score_one(fallback, q, g) for q, g in by_query.items()]
     best: dict[tuple[str, str], float] = {}

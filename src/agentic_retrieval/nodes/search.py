@@ -99,11 +99,33 @@ async def _run(
     except ODataError as exc:
         return [], ErrorInfo.of("InvalidFilter", str(exc)), False
     except Exception as exc:  # any source bug must become a partial response, not a crash
-        logger.exception("knowledge source %r failed", source.name)
-        return [], ErrorInfo.of("KnowledgeSourceError", f"{type(exc).__name__}: {exc}"), False
+        _log_failure(source.name, exc)
+        # the response names the source, never the exception: its text is the server's
+        message = f"knowledge source '{source.name}' failed; the server log has the details"
+        return [], ErrorInfo.of("KnowledgeSourceError", message), False
     try:
         valid = [h if isinstance(h, Hit) else Hit.model_validate(h) for h in list(hits)]
     except (ValidationError, TypeError) as exc:
-        message = f"knowledge source '{source.name}' returned malformed hits: {exc}"
+        _log_failure(source.name, exc)
+        message = f"knowledge source '{source.name}' returned malformed hits"
         return [], ErrorInfo.of("KnowledgeSourceError", message), False
     return valid[: query.top], None, False
+
+
+_LOGGED_TRACEBACKS: set[tuple[str, str]] = set()
+_MAX_LOGGED_TRACEBACKS = 256
+
+
+def _log_failure(source_name: str, exc: BaseException) -> None:
+    """Log a source's failure: a traceback the first time it fails this way, then one line.
+
+    A source that fails on every request would otherwise fill the log with identical
+    tracebacks.
+    """
+    kind = (source_name, type(exc).__qualname__)
+    if kind in _LOGGED_TRACEBACKS:
+        logger.error("knowledge source %r failed again: %s: %s", *kind, exc)
+        return
+    if len(_LOGGED_TRACEBACKS) < _MAX_LOGGED_TRACEBACKS:
+        _LOGGED_TRACEBACKS.add(kind)
+    logger.error("knowledge source %r failed", source_name, exc_info=exc)

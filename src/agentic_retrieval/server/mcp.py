@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal
@@ -103,6 +104,12 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
             raise ToolError(model_required_message(exc)) from exc
         except InvalidRequestError as exc:
             raise ToolError(str(exc)) from exc
+        except Exception as exc:  # a bug: its text goes to the log, never to the client
+            request_id = uuid.uuid4().hex
+            logger.error("MCP tool call %s failed", request_id, exc_info=exc)
+            raise ToolError(
+                f"An internal error occurred; quote request id {request_id} when reporting it."
+            ) from None
         if response.status_code == 408:
             raise ToolError("maxRuntimeInSeconds elapsed before any result was ready")
         return RetrieveToolResult(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,9 @@ from agentic_retrieval.odata import (
     ODataError,
     parse_filter,
 )
-from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
+from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery, SourceError
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
+from agentic_retrieval.sources.local.health import StoreUnavailableError
 from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
 from agentic_retrieval.sources.local.record_ingest import (
     RecordInput,
@@ -118,16 +121,51 @@ class LocalKnowledgeSource:
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return at most ``query.top`` hits for ``query``, best first.
 
+        Cancelling the call also stops the search in its worker thread.
+
         Raises:
             FilterNotSupportedError: When ``query.filter`` is not a valid OData filter.
+            SourceError: ``KnowledgeSourceUnavailable`` while the index file is damaged or
+                missing, ``KnowledgeSourceError`` when SQLite fails otherwise (both without
+                SQLite's internals; the log has them).
         """
         filter_expr = self._parse_filter(query.filter)
-        return await asyncio.to_thread(self.search_sync, query.text, query.top, filter_expr)
+        cancel = threading.Event()
+        try:
+            return await asyncio.to_thread(
+                self.search_sync, query.text, query.top, filter_expr, cancel
+            )
+        except asyncio.CancelledError:
+            cancel.set()  # the worker thread's SQLite statement stops too, not only the wait
+            raise
+        except StoreUnavailableError as exc:
+            raise SourceError(
+                "KnowledgeSourceUnavailable",
+                f"knowledge source '{self.name}' is unavailable: {exc.reason}; index it again "
+                "(or restore its file) to bring it back",
+            ) from None
+        except sqlite3.Error as exc:
+            logger.warning("local source %r: search failed: %s", self.name, exc)
+            raise SourceError(
+                "KnowledgeSourceError", f"knowledge source '{self.name}' could not be searched"
+            ) from None
 
-    def search_sync(self, text: str, top: int = 50, filter_expr: Expr | None = None) -> list[Hit]:
-        """Blocking search (what :meth:`search` runs in a worker thread)."""
+    def search_sync(
+        self,
+        text: str,
+        top: int = 50,
+        filter_expr: Expr | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Hit]:
+        """Blocking search (what :meth:`search` runs in a worker thread).
+
+        Raises:
+            StoreUnavailableError: The index file is damaged or missing.
+        """
         vector = self.embeddings.embed_query(text) if self.embeddings and text.strip() else None
-        stored = self.store.search(text, top=top, filter_expr=filter_expr, query_vector=vector)
+        stored = self.store.search(
+            text, top=top, filter_expr=filter_expr, query_vector=vector, cancel=cancel
+        )
         return [self._to_hit(hit) for hit in stored]
 
     def index(

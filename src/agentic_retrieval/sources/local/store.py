@@ -38,6 +38,7 @@ import numpy as np
 from agentic_retrieval.errors import StoreError as StoreError
 from agentic_retrieval.errors import StoreNotFoundError as StoreNotFoundError
 from agentic_retrieval.odata import Expr, to_sql
+from agentic_retrieval.sources.local.health import StoreHealth, is_damage
 from agentic_retrieval.text import MAX_QUERY_TERMS
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ TITLE_WEIGHT = 3.0
 CONTENT_WEIGHT = 1.0
 RRF_K = 60
 _BUSY_TIMEOUT_MS = 30_000
+_CANCEL_CHECK_STEPS = 10_000
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 # Dropped from queries only (the index keeps every word): on a large corpus a term that occurs
@@ -297,6 +299,7 @@ class LocalStore:
         )
         # indexes built before CJK segmentation keep their triggers: query them unsegmented
         self.segmented = bool(trigger) and "fts_segment" in trigger[0]
+        self._health = StoreHealth(self.path)
         with self._write() as conn:
             configured = conn.execute("SELECT v FROM chunks_fts_config WHERE k = 'rank'")
             if configured.fetchone() is None:
@@ -315,6 +318,13 @@ class LocalStore:
         if self._closed:
             raise StoreError(f"store {self.path} is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        health = getattr(self, "_health", None)
+        if conn is not None and health is not None and self._local.epoch != health.epoch:
+            # the file was replaced or damaged: never read its cached pages again
+            with self._lock:
+                self._connections.remove(conn)
+            conn.close()
+            conn = None
         if conn is None:
             conn = sqlite3.connect(
                 self.path,
@@ -331,6 +341,7 @@ class LocalStore:
                 "USING fts5vocab(main, chunks_fts, 'row')"
             )
             self._local.conn = conn
+            self._local.epoch = health.epoch if health is not None else 0
             with self._lock:
                 self._connections.append(conn)
         return conn
@@ -621,6 +632,7 @@ class LocalStore:
         top: int = 50,
         filter_expr: Expr | None = None,
         query_vector: Sequence[float] | None = None,
+        cancel: threading.Event | None = None,
     ) -> list[StoredHit]:
         """Search the index: BM25 alone, or BM25 and cosine fused by reciprocal rank.
 
@@ -629,6 +641,8 @@ class LocalStore:
             top: Maximum number of hits.
             filter_expr: A parsed OData filter over the chunk metadata.
             query_vector: The embedded query; enables hybrid search when the index has vectors.
+            cancel: Set from another thread to abort the search mid-query (its caller has
+                gone); the search then raises ``sqlite3.OperationalError`` (interrupted).
 
         Returns:
             Hits, best first. Scores are ``-bm25`` (higher is better) for lexical search and
@@ -636,9 +650,35 @@ class LocalStore:
             first chunks (in file order) that pass the filter, scored 0; for text with no
             word at all (only punctuation), nothing.
 
+        Raises:
+            StoreUnavailableError: The file is damaged or missing (see
+                :mod:`~agentic_retrieval.sources.local.health`).
+
         """
         if top <= 0:
             return []
+        self._health.check(self._recover)
+        conn = self._connection()
+        if cancel is not None:
+            # SQLite calls this every few thousand steps; non-zero aborts the statement
+            conn.set_progress_handler(cancel.is_set, _CANCEL_CHECK_STEPS)
+        try:
+            return self._search(text, top, filter_expr, query_vector)
+        except sqlite3.Error as exc:
+            if is_damage(exc):
+                raise self._health.damaged(exc) from None
+            raise
+        finally:
+            if cancel is not None:
+                conn.set_progress_handler(None, 0)
+
+    def _search(
+        self,
+        text: str,
+        top: int,
+        filter_expr: Expr | None,
+        query_vector: Sequence[float] | None,
+    ) -> list[StoredHit]:
         where, params = self._filter_sql(filter_expr)
         depth = max(top, 50)
         lexical = self._lexical(text, depth, where, params)
@@ -703,13 +743,32 @@ class LocalStore:
         return " OR ".join(f'"{term}"' for term in rare)
 
     def _chunk_count(self) -> int:
-        """Chunks in the index, cached per write generation."""
-        generation = self.generation()
+        """Chunks in the index, cached per write generation (and file, see ``_recover``)."""
+        generation = (self._health.epoch, self.generation())
         cached = getattr(self._local, "count", None)
         if cached is None or cached[0] != generation:
             cached = (generation, self.count_chunks())
             self._local.count = cached
         return int(cached[1])
+
+    def _recover(self) -> None:
+        """Check a changed file on a fresh connection and drop what was cached from the old.
+
+        Raises:
+            sqlite3.Error: The file is still not a usable index.
+        """
+        conn = self._connection()
+        verdict = conn.execute("PRAGMA quick_check(1)").fetchone()
+        if not verdict or verdict[0] != "ok":
+            raise sqlite3.DatabaseError(f"quick_check: {verdict[0] if verdict else 'no answer'}")
+        conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        conn.execute("SELECT rid, file_id FROM chunks LIMIT 1").fetchone()
+        trigger = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'chunks_ai'"
+        ).fetchone()
+        self.segmented = bool(trigger) and "fts_segment" in trigger[0]
+        with self._vector_lock:
+            self._vectors = _VectorCache()  # a restored file may repeat an old generation
 
     def _browse(self, top: int, where: str, params: list[Any]) -> list[tuple[int, float]]:
         rows = self._connection().execute(
