@@ -17,7 +17,8 @@ that catches those keeps working. The kinds:
   a field its source does not have, or compares a field with the wrong kind of value.
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
   read into it), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
-  store file that cannot be used; :class:`StoreNotFoundError` when there is none).
+  store file that cannot be used; :class:`StoreNotFoundError` when there is none,
+  :class:`StoreUnavailableError` while it is damaged or missing).
 - :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
 - :class:`EvaluationError`: an evaluation's dataset (:class:`DatasetError`), configurations
   (:class:`EvalConfigurationError`) or price table (:class:`PriceTableError`).
@@ -224,6 +225,19 @@ class StoreNotFoundError(StoreError, FileNotFoundError):
 
 class RecordError(LocalStoreError, ValueError):
     """A record (or a records file) cannot be read; the message says where and why."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's file is damaged or missing; searches fail fast until the file changes.
+
+    Args:
+        path: The store file.
+        reason: What is wrong, in words fit for a response (no SQLite internals).
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
 
 
 # --- knowledge-base directories ------------------------------------------------------------

@@ -22,22 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentic_retrieval.errors import StoreUnavailableError
+
 logger = logging.getLogger(__name__)
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 _DAMAGE_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR", "SQLITE_CANTOPEN")
-
-
-class StoreUnavailableError(RuntimeError):
-    """The store's file is damaged or missing; searches fail fast until the file changes.
-
-    Attributes:
-        reason: What is wrong, in words fit for a response (no SQLite internals).
-    """
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
