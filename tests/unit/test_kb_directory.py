@@ -122,3 +122,41 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
     with pytest.raises(KnowledgeBaseDirectoryError, match="inside the directory"):
         KnowledgeBaseDirectory(tmp_path / "kb").load()
     assert issubclass(KnowledgeBaseDirectoryError, ValueError)
+
+
+# --- hostile places and manifests ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "[1, 2, 3]",
+        '{"name": "kb", "sources": [1]}',
+        '{"name": "kb", "sources": ' + "[" * 5000 + "]" * 5000 + "}",
+        "\xff\xfe not text",
+    ],
+    ids=["a-list", "a-source-that-is-a-number", "nested-too-deeply", "not-utf8"],
+)
+def test_a_broken_manifest_is_a_directory_error(tmp_path, manifest):
+    (tmp_path / "knowledge-base.json").write_bytes(manifest.encode("latin-1"))
+    with pytest.raises(KnowledgeBaseDirectoryError, match=r"invalid .*knowledge-base\.json"):
+        KnowledgeBaseDirectory(tmp_path).load()
+
+
+def test_an_oversized_manifest_is_not_read(tmp_path, monkeypatch):
+    import agentic_retrieval.kb.directory as module
+
+    monkeypatch.setattr(module, "MAX_MANIFEST_BYTES", 100)
+    (tmp_path / "knowledge-base.json").write_text(
+        '{"name": "kb", "description": "' + "x" * 200 + '"}'
+    )
+    with pytest.raises(KnowledgeBaseDirectoryError, match="larger than 100 bytes"):
+        KnowledgeBaseDirectory(tmp_path).load()
+
+
+def test_creating_over_a_file_or_where_nothing_can_be_created(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(KnowledgeBaseDirectoryError, match="exists and is not a directory"):
+        KnowledgeBaseDirectory(tmp_path / "file").create(name="kb")
+    with pytest.raises(KnowledgeBaseDirectoryError, match="cannot create a knowledge base at"):
+        KnowledgeBaseDirectory(tmp_path / "file" / "below").create(name="kb")

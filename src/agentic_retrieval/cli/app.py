@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ from agentic_retrieval.errors import (
     ModelRequiredError,
     ODataError,
 )
-from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import Expr, check_fields, parse_filter
 from agentic_retrieval.sources.base import TypedFilterableKnowledgeSource
@@ -52,6 +53,7 @@ PREVIEW_CHARS = 400
 """Characters of each grounding chunk shown by ``retrieve`` (whole words)."""
 EXIT_USAGE = 2
 MAX_NAMED_IGNORED = 20
+TRACEBACK_ENV_VAR = "AGENTIC_RETRIEVAL_TRACEBACK"
 EFFORTS = ("minimal", "low", "medium", "auto")
 OUTPUT_MODES = ("extractiveData", "answerSynthesis")
 
@@ -79,7 +81,12 @@ class UserError(Exception):
 
 
 def user_errors(command: F) -> F:
-    """Turn the library's user-facing errors into one stderr line and exit code 2."""
+    """Turn every failure into one stderr line: exit 2 for what the user can fix, else 1.
+
+    The library's errors, missing extras, files and directories the system refuses (``OSError``)
+    and unusable SQLite files are the user's to fix (exit 2). Anything else is a bug: one line
+    naming it (exit 1), and the traceback only with ``$AGENTIC_RETRIEVAL_TRACEBACK=1``.
+    """
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -88,10 +95,54 @@ def user_errors(command: F) -> F:
         # ImportError: a third-party package missing below a lazy import the library did not
         # wrap; its message names the package, which is enough to act on.
         except (AgenticRetrievalError, UserError, ImportError) as exc:
-            err.print(f"error: {exc}", markup=False, soft_wrap=True)
-            raise typer.Exit(EXIT_USAGE) from None
+            _fail(f"error: {exc}", EXIT_USAGE)
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            _fail(f"error: {exc.strerror or exc}{where}", EXIT_USAGE)
+        except sqlite3.Error as exc:
+            _fail(f"error: an index file cannot be used ({exc}); index the source again", 2)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get(TRACEBACK_ENV_VAR):
+                raise
+            _fail(
+                f"error: unexpected {type(exc).__name__}: {exc} (a bug: please report it; "
+                f"{TRACEBACK_ENV_VAR}=1 shows the traceback)",
+                EXIT_FAILED,
+            )
 
     return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str, code: int) -> None:
+    err.print(message, markup=False, soft_wrap=True)
+    raise typer.Exit(code) from None
+
+
+def one_line_logging() -> None:
+    """Show the library's warnings on stderr as one line each, never with a traceback.
+
+    For the interactive commands (index, retrieve, demo): a failing source is already in the
+    output; its traceback is for server logs, not for a terminal.
+    """
+    library = logging.getLogger("agentic_retrieval")
+    if any(isinstance(h, _OneLineHandler) for h in library.handlers):
+        return
+    handler = _OneLineHandler()
+    handler.setLevel(logging.WARNING)
+    library.addHandler(handler)
+
+
+class _OneLineHandler(logging.Handler):
+    """``warning: <first line of the message>`` on the current ``sys.stderr``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            lines = record.getMessage().splitlines() or [""]
+            sys.stderr.write(f"warning: {lines[0]}\n")
+        except Exception:  # logging must never raise into the command
+            self.handleError(record)
 
 
 # --- index --------------------------------------------------------------------------------
@@ -169,6 +220,8 @@ def index(
         embedding_choice,
         embeddings_for_indexing,
     )
+
+    one_line_logging()
 
     metadata = parse_metadata(meta or [])
     paths = list(paths or [])
@@ -422,6 +475,7 @@ def retrieve(
             expr = parse_filter(filter_text)
         except ODataError as exc:
             raise UserError(f"--filter: {exc}") from None
+    one_line_logging()
     knowledge_base = open_knowledge_base(kb, sources=source)
     if expr is not None:
         check_filter_fields(knowledge_base, expr)
@@ -437,6 +491,22 @@ def retrieve(
         render_response(response, question)
     for warning in effort_warnings(response):
         err.print(f"note: {warning}", markup=False, soft_wrap=True)
+    _exit_unless_complete(response)
+
+
+def _exit_unless_complete(response: RetrieveResponse) -> None:
+    """Exit 1, naming each failure on stderr, when a source failed or time ran out.
+
+    The response was printed all the same (a partial answer is still an answer), but a
+    script must be able to tell it from a complete one.
+    """
+    if response.status_code == 200:
+        return
+    for record in response.activity or []:
+        if record.error is not None:
+            name = (record.model_extra or {}).get("knowledgeSourceName") or record.type
+            err.print(f"warning: {name}: {record.error.message}", markup=False, soft_wrap=True)
+    raise typer.Exit(EXIT_FAILED)
 
 
 def check_filter_fields(kb: KnowledgeBase, expr: Expr) -> None:
@@ -498,12 +568,17 @@ def run_retrieve(
 
     async def stream() -> RetrieveResponse:
         final: dict[str, Any] = {}
+        status = 200
         async for event in kb.astream(parsed):
             if event.get("event") == "response":
-                final = event["response"]
+                final, status = event["response"], int(event.get("status", 200))
             else:
                 on_event(event)
-        return RetrieveResponse.model_validate(final)
+        response = RetrieveResponse.model_validate(final)
+        # the wire shape has no status: carry the event's, so 206/408 are not read as 200
+        response._partial = status == 206
+        response._timed_out = status == 408
+        return response
 
     async def bounded() -> RetrieveResponse:
         try:
@@ -822,13 +897,19 @@ def demo(
     """
     from agentic_retrieval.kb.loader import build_sample_kb, open_knowledge_base, sample_questions
 
+    one_line_logging()
+
     try:
         with _index_progress("indexing the sample corpus") as progress:
             directory = build_sample_kb(kb, progress=progress)
-    except OSError as exc:
+    except (OSError, KnowledgeBaseDirectoryError) as exc:
+        cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if not isinstance(cause, OSError):
+            raise
         raise UserError(
-            f"cannot write the sample knowledge base ({exc}); choose a writable place with "
-            "--kb DIR or $AGENTIC_RETRIEVAL_CACHE"
+            f"cannot write the sample knowledge base ({cause.strerror or cause}: "
+            f"{cause.filename or kb}); choose a writable place with --kb DIR or "
+            "$AGENTIC_RETRIEVAL_CACHE"
         ) from None
     err.print(f"sample knowledge base: {directory.path}")
     knowledge_base = open_knowledge_base(directory.path, embeddings=False)

@@ -54,6 +54,8 @@ from agentic_retrieval.sources.local import (
 from agentic_retrieval.sources.local.records import RecordFields
 
 MANIFEST_NAME = "knowledge-base.json"
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+"""A manifest lists sources; anything bigger is not one (and is not read into memory)."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
 
 EmbeddingsChoice = Embeddings | Literal[False] | None
@@ -106,13 +108,23 @@ class KnowledgeBaseDirectory:
             KnowledgeBaseDirectoryError: Invalid name, or a knowledge base already exists here.
         """
         _check_name(name, "knowledge base")
+        if self.path.exists() and not self.path.is_dir():
+            raise KnowledgeBaseDirectoryError(
+                f"{self.path} exists and is not a directory: choose a directory for the "
+                "knowledge base"
+            )
         if self.manifest_path.exists():
             raise KnowledgeBaseDirectoryError(f"{self.path} already holds a knowledge base")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.name, self.description = name, description
-        self._entries = {}
-        self._loaded = True
-        self._save()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.name, self.description = name, description
+            self._entries = {}
+            self._loaded = True
+            self._save()
+        except OSError as exc:
+            raise KnowledgeBaseDirectoryError(
+                f"cannot create a knowledge base at {self.path}: {exc.strerror or exc}"
+            ) from exc
         return self
 
     def load(self) -> KnowledgeBaseDirectory:
@@ -128,12 +140,19 @@ class KnowledgeBaseDirectory:
                 f"{self.path} is not a knowledge base: {MANIFEST_NAME} is missing"
             )
         try:
+            if self.manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
+                raise ValueError(f"larger than {MAX_MANIFEST_BYTES} bytes")
             data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
             entries = [SourceEntry(**_entry_fields(raw)) for raw in data.get("sources", [])]
             self.name = str(data["name"])
             self.description = str(data.get("description", ""))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise KnowledgeBaseDirectoryError(f"invalid {self.manifest_path}: {exc}") from exc
+        except OSError as exc:
+            raise KnowledgeBaseDirectoryError(
+                f"cannot read {self.manifest_path}: {exc.strerror or exc}"
+            ) from None
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise KnowledgeBaseDirectoryError(f"invalid {self.manifest_path}: {reason}") from None
         self._entries = {entry.name: entry for entry in entries}
         self._loaded = True
         return self
