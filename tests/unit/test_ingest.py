@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
 from tests.fakes import write
 
 from agentic_retrieval.sources.local import IndexProgress, LocalStore, index_paths
+from agentic_retrieval.sources.local import ingest as ingest_module
 from agentic_retrieval.sources.local import store as store_module
 from agentic_retrieval.sources.local.loaders import LoaderError, load_file
 
@@ -138,14 +140,14 @@ def test_unreadable_files_are_reported_and_skipped(
     write(docs / "empty.txt", "   \n")
     explicit = write(tmp_path / "report.rtf", "not supported")
 
-    real_read_bytes = Path.read_bytes
+    real_read = ingest_module.read_regular_file
 
-    def read_bytes(self: Path) -> bytes:
-        if self.name == "locked.md":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_bytes(self)
+    def read(path: Path, **kwargs):
+        if path.name == "locked.md":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(ingest_module, "read_regular_file", read)
     report = index_paths(store, [docs, explicit, tmp_path / "missing.txt"])
     reasons = {Path(f.path).name: f.reason for f in report.failed}
     assert sorted(reasons) == [
@@ -249,3 +251,66 @@ def test_cp1252_text_is_decoded() -> None:
     doc = load_file(Path("legacy.txt"), "Café menu\n\nCrème brûlée".encode("cp1252"))
     assert doc.title == "Café menu"
     assert "Crème brûlée" in doc.sections[0].text
+
+
+# --- hostile folders: links, FIFOs, special and oversized files -------------------------------
+
+needs_posix = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX links and FIFOs")
+
+
+@needs_posix
+def test_links_out_of_the_folder_are_skipped_and_reported(tmp_path: Path, store: LocalStore):
+    secret = write(tmp_path / "outside" / "secret.txt", "root:x:0:0:the password file")
+    docs = tmp_path / "docs"
+    write(docs / "fares.txt", "Bike fares cost one dollar.")
+    (docs / "passwd.txt").symlink_to(secret)
+    (docs / "alias.txt").symlink_to(docs / "fares.txt")  # inside: the same file
+    (docs / "outside-folder").symlink_to(tmp_path / "outside")
+    (docs / "loop.txt").symlink_to(docs / "loop.txt")
+    report = index_paths(store, [docs])
+    assert store.chunk_ids() == ["docs-fares-txt-0"]
+    assert store.search("password", top=5) == []
+    assert {Path(f.path).name: f.reason for f in report.skipped} == {
+        "passwd.txt": f"a link leading out of {docs.resolve()}",
+        "outside-folder": "a link to a folder is not followed",
+        "loop.txt": "cannot read: a loop of links",
+    }
+    assert report.failed == []
+
+
+@needs_posix
+def test_fifos_are_skipped_not_waited_on(tmp_path: Path, store: LocalStore):
+    docs = tmp_path / "docs"
+    write(docs / "fares.txt", "Bike fares cost one dollar.")
+    os.mkfifo(docs / "pipe.txt")  # reading it would block until a writer appears
+    report = index_paths(store, [docs])
+    assert [(Path(f.path).name, f.reason) for f in report.skipped] == [
+        ("pipe.txt", "not a regular file (a FIFO)")
+    ]
+    named = index_paths(store, [docs / "pipe.txt"])  # named explicitly: a failure, no hang
+    assert [(Path(f.path).name, f.reason) for f in named.failed] == [
+        ("pipe.txt", "not a regular file (a FIFO)")
+    ]
+    assert store.chunk_ids() == ["docs-fares-txt-0"]
+
+
+@needs_posix
+def test_a_file_swapped_for_a_fifo_after_listing_does_not_hang(tmp_path: Path):
+    path = tmp_path / "late.txt"
+    os.mkfifo(path)
+    with pytest.raises(LoaderError, match="not a regular file"):
+        ingest_module.read_regular_file(path, follow_links=False)
+
+
+def test_files_over_the_size_limit_fail_without_being_read(
+    tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(ingest_module, "MAX_FILE_BYTES", 1024 * 1024)
+    docs = tmp_path / "docs"
+    write(docs / "huge.txt", "word " * 300_000)
+    write(docs / "small.txt", "Bike fares cost one dollar.")
+    report = index_paths(store, [docs])
+    assert [(Path(f.path).name, f.reason) for f in report.failed] == [
+        ("huge.txt", "larger than 1 MiB")
+    ]
+    assert store.chunk_ids() == ["docs-small-txt-0"]

@@ -373,7 +373,7 @@ def _finish_index(
         if undo is not None and all(r.total_chunks == 0 for r in reports):
             _undo_creation(directory, source, **undo)
         raise typer.Exit(EXIT_FAILED)
-    if strict and any(r.failed or r.ignored for r in reports):
+    if strict and any(r.failed or r.ignored or r.skipped for r in reports):
         err.print("error: --strict: some files were not indexed (see above)")
         raise typer.Exit(EXIT_FAILED)
 
@@ -386,6 +386,8 @@ def _report_problems(report: IndexReport, noun: str = "files") -> None:
         err.print(f"skipped (unsupported type): {path}", markup=False, soft_wrap=True)
     if len(report.ignored) > MAX_NAMED_IGNORED:
         err.print(f"skipped {len(report.ignored) - MAX_NAMED_IGNORED} more unsupported files")
+    for skipped in report.skipped:
+        err.print(f"skipped: {skipped.path}: {skipped.reason}", markup=False, soft_wrap=True)
     if report.indexed or report.unchanged or report.deleted:
         return
     if report.failed:
@@ -419,6 +421,7 @@ def _print_report(source: str, report: IndexReport, noun: str = "files") -> None
     ]
     if noun == "files":
         rows.append(("files ignored (unsupported type)", len(report.ignored)))
+        rows.append(("links and special files not read", len(report.skipped)))
     rows += [
         ("chunks written", report.chunks_written),
         ("chunks in the index", report.total_chunks),

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 RESERVED_METADATA = frozenset({"source_path", "file_name", "title", "chunk", "page", "record_id"})
 """Metadata names the store sets itself (on file chunks, and on record chunks)."""
+MAX_FILE_BYTES = 256 * 1024 * 1024
+"""Larger files are reported as failed rather than read into memory."""
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SLUG_JUNK = re.compile(r"[^a-z0-9]+")
 
@@ -87,6 +90,9 @@ class IndexReport:
     deleted: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     """Files inside indexed folders with an unsupported extension (not errors)."""
+    skipped: list[FileFailure] = field(default_factory=list)
+    """Entries of indexed folders deliberately not read, and why: links leading out of the
+    folder (or to folders), FIFOs, sockets, devices, folders that cannot be listed."""
     chunks_written: int = 0
     chunks_deleted: int = 0
     total_chunks: int = 0
@@ -202,6 +208,7 @@ def _collect(
     candidates: dict[Path, _Candidate] = {}
     roots: list[Path] = []
     for raw in paths:
+        # a path named on the command line is the user's choice: a link there is followed
         path = Path(raw).expanduser().resolve()
         if not path.exists():
             # a deleted folder: whatever was indexed under it goes (a deleted file is
@@ -209,7 +216,7 @@ def _collect(
             roots.append(path)
         if path.is_dir():
             roots.append(path)
-            for file in _walk(path):
+            for file in _walk(path, report):
                 if file.suffix.lower() not in SUPPORTED_EXTENSIONS:
                     report.ignored.append(str(file))
                     continue
@@ -221,12 +228,89 @@ def _collect(
     return list(candidates.values()), roots
 
 
-def _walk(root: Path) -> list[Path]:
+def _walk(root: Path, report: IndexReport) -> list[Path]:
+    """The regular files under ``root``; everything else is reported as skipped.
+
+    Links are not followed: a link to a file inside ``root`` counts as that file (found
+    under its own name as well), a link leading out of ``root`` or to a folder is skipped,
+    so a folder cannot smuggle ``/etc/passwd`` into an index. FIFOs, sockets and devices
+    are skipped (reading a FIFO would wait forever for a writer).
+    """
     files: list[Path] = []
-    for directory, subdirs, names in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        files.extend(Path(directory) / n for n in sorted(names) if not n.startswith("."))
+
+    def unlisted(error: OSError) -> None:
+        reason = f"cannot list this folder: {error.strerror or error}"
+        report.skipped.append(FileFailure(str(error.filename), reason))
+
+    for directory, subdirs, names in os.walk(root, onerror=unlisted):
+        for name in [d for d in subdirs if not d.startswith(".")]:
+            if os.path.islink(os.path.join(directory, name)):
+                link = os.path.join(directory, name)
+                report.skipped.append(FileFailure(link, "a link to a folder is not followed"))
+        subdirs[:] = sorted(
+            d
+            for d in subdirs
+            if not d.startswith(".") and not os.path.islink(os.path.join(directory, d))
+        )
+        for name in sorted(n for n in names if not n.startswith(".")):
+            file = _regular_file(Path(directory) / name, root, report)
+            if file is not None:
+                files.append(file)
     return files
+
+
+def _regular_file(path: Path, root: Path, report: IndexReport) -> Path | None:
+    """``path`` (or, for a link staying inside ``root``, its target) if it is a regular file."""
+    try:
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            target = path.resolve()
+            if not target.is_relative_to(root):
+                report.skipped.append(FileFailure(str(path), f"a link leading out of {root}"))
+                return None
+            path, mode = target, target.stat().st_mode
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a link loop
+        reason = f"cannot read: {getattr(exc, 'strerror', None) or 'a loop of links'}"
+        report.skipped.append(FileFailure(str(path), reason))
+        return None
+    if not stat.S_ISREG(mode):
+        report.skipped.append(FileFailure(str(path), f"not a regular file ({_kind(mode)})"))
+        return None
+    return path
+
+
+def _kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISDIR: "a folder",
+    }
+    return next((name for test, name in kinds.items() if test(mode)), "a special file")
+
+
+def read_regular_file(path: Path, *, follow_links: bool = True) -> tuple[bytes, os.stat_result]:
+    """Read a regular file's bytes and status, never blocking on a FIFO or a device.
+
+    The file is opened without waiting (``O_NONBLOCK``) and checked with ``fstat`` on the
+    open descriptor, so a path swapped for a FIFO after it was listed cannot hang the run.
+
+    Raises:
+        OSError: The file cannot be opened or read, or (``follow_links=False``) is a link.
+        LoaderError: It is not a regular file, or is larger than ``MAX_FILE_BYTES``.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    descriptor = os.open(path, flags)
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise LoaderError(f"not a regular file ({_kind(status.st_mode)})")
+        if status.st_size > MAX_FILE_BYTES:
+            raise LoaderError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+        return file.read(MAX_FILE_BYTES + 1), status
 
 
 def _remove_missing(
@@ -271,15 +355,18 @@ class _FileIndexer:
         if candidate.explicit and candidate.path.suffix.lower() not in SUPPORTED_EXTENSIONS:
             return self._fail(report, key, f"unsupported file type {candidate.path.suffix!r}")
         try:
-            data = candidate.path.read_bytes()
-            stat = candidate.path.stat()
+            data, stat_result = read_regular_file(candidate.path, follow_links=candidate.explicit)
         except OSError as exc:
             return self._fail(report, key, f"cannot read: {exc.strerror or exc}")
+        except LoaderError as exc:
+            return self._fail(report, key, str(exc))
+        if len(data) > MAX_FILE_BYTES:  # it grew while being read
+            return self._fail(report, key, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
         content_hash = hashlib.sha256(data).hexdigest()
         fingerprint = hashlib.sha256(f"{content_hash}\n{self.settings_json}".encode()).hexdigest()
         if previous is not None and previous.fingerprint == fingerprint:
-            if previous.mtime != stat.st_mtime:
-                self.store.touch_file(key, stat.st_mtime)
+            if previous.mtime != stat_result.st_mtime:
+                self.store.touch_file(key, stat_result.st_mtime)
             report.unchanged.append(key)
             return "unchanged"
         try:
@@ -290,7 +377,13 @@ class _FileIndexer:
                 return self._fail(report, key, "no extractable text")
             vectors = self._embed(chunks)
             state = FileState(
-                key, slug, content_hash, fingerprint, stat.st_mtime, stat.st_size, len(chunks)
+                key,
+                slug,
+                content_hash,
+                fingerprint,
+                stat_result.st_mtime,
+                stat_result.st_size,
+                len(chunks),
             )
             self.store.replace_file(state, self.metadata, chunks, vectors)
         except (LoaderError, StoreError) as exc:
