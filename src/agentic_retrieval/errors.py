@@ -18,7 +18,8 @@ that catches those keeps working. The kinds:
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
   read into it), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
   store file that cannot be used; :class:`StoreNotFoundError` when there is none,
-  :class:`StoreUnavailableError` while it is damaged or missing).
+  :class:`StoreUnavailableError` while it is damaged or missing, :class:`StoreBusyError`
+  while another run indexes it).
 - :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
 - :class:`EvaluationError`: an evaluation's dataset (:class:`DatasetError`), configurations
   (:class:`EvalConfigurationError`) or price table (:class:`PriceTableError`).
@@ -225,6 +226,10 @@ class StoreNotFoundError(StoreError, FileNotFoundError):
 
 class RecordError(LocalStoreError, ValueError):
     """A record (or a records file) cannot be read; the message says where and why."""
+
+
+class StoreBusyError(StoreError):
+    """Another indexing run is writing to the store; only one may at a time."""
 
 
 class StoreUnavailableError(StoreError):

@@ -239,7 +239,7 @@ def index(
     _check_paths(paths, None if new_source else directory, source)
     created_dir = not directory.path.exists()
     if not exists:
-        directory.create(name=name or _kb_name_from(kb))
+        directory.load_or_create(name=name or _kb_name_from(kb))
     directory.add_or_update_source(source, description=description, embeddings=model)
     # the report below lists every failed file once: silence the per-file log lines
     reports: list[IndexReport] = []
@@ -337,7 +337,9 @@ def _index_progress(label: str) -> Iterator[Callable[[IndexProgress], None]]:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=err, transient=True) as progress:
+    # on a pipe or in a log a bar is noise (and leaves a blank line before an error message)
+    quiet = not err.is_terminal
+    with Progress(*columns, console=err, transient=True, disable=quiet) as progress:
         task = progress.add_task(label, total=None)
 
         def report(event: IndexProgress) -> None:

@@ -28,11 +28,13 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from filelock import FileLock, Timeout
 from langchain_core.embeddings import Embeddings
 
 from agentic_retrieval.embeddings import (
@@ -55,6 +57,8 @@ from agentic_retrieval.sources.local.records import RecordFields
 
 MANIFEST_NAME = "knowledge-base.json"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+MANIFEST_LOCK_SECONDS = 30.0
+"""How long a manifest update waits for another process's update to finish."""
 """A manifest lists sources; anything bigger is not one (and is not read into memory)."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
 
@@ -108,24 +112,46 @@ class KnowledgeBaseDirectory:
             KnowledgeBaseDirectoryError: Invalid name, or a knowledge base already exists here.
         """
         _check_name(name, "knowledge base")
+        if self.manifest_path.exists():
+            raise KnowledgeBaseDirectoryError(f"{self.path} already holds a knowledge base")
+        self._create_or_load(name, description, load=False)
+        return self
+
+    def load_or_create(self, name: str, description: str = "") -> KnowledgeBaseDirectory:
+        """Load the knowledge base here, or create it when there is none (atomically).
+
+        Two processes doing this at once end with one knowledge base, created by one of them
+        and loaded by the other.
+
+        Raises:
+            KnowledgeBaseDirectoryError: As :meth:`create` and :meth:`load`.
+        """
+        _check_name(name, "knowledge base")
+        self._create_or_load(name, description, load=True)
+        return self
+
+    def _create_or_load(self, name: str, description: str, *, load: bool) -> None:
         if self.path.exists() and not self.path.is_dir():
             raise KnowledgeBaseDirectoryError(
                 f"{self.path} exists and is not a directory: choose a directory for the "
                 "knowledge base"
             )
-        if self.manifest_path.exists():
-            raise KnowledgeBaseDirectoryError(f"{self.path} already holds a knowledge base")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            self.name, self.description = name, description
-            self._entries = {}
-            self._loaded = True
-            self._save()
+            with self._manifest_lock():
+                if self.manifest_path.exists():  # perhaps created meanwhile by another process
+                    if load:
+                        self.load()
+                        return
+                    raise KnowledgeBaseDirectoryError(f"{self.path} already holds a knowledge base")
+                self.name, self.description = name, description
+                self._entries = {}
+                self._loaded = True
+                self._save()
         except OSError as exc:
             raise KnowledgeBaseDirectoryError(
                 f"cannot create a knowledge base at {self.path}: {exc.strerror or exc}"
             ) from exc
-        return self
 
     def load(self) -> KnowledgeBaseDirectory:
         """Read the manifest.
@@ -194,6 +220,24 @@ class KnowledgeBaseDirectory:
         """
         self._require_loaded()
         _check_name(name, "source")
+        with self._manifest_lock():
+            entry, current = self._update_entry(name, description, embeddings)
+        if current is None:
+            # create the (empty) index now, so a missing file later means it was lost
+            self.open_source(name, embeddings=False, create=True).close()
+            with self._lock:
+                self._open.pop(name, None)
+        return entry
+
+    def _update_entry(
+        self, name: str, description: str | None, embeddings: bool | None
+    ) -> tuple[SourceEntry, SourceEntry | None]:
+        """Re-read the manifest, change one entry, save (under the manifest lock)."""
+        if self.manifest_path.exists():
+            # another process may have added a source since this object read the manifest
+            fresh = KnowledgeBaseDirectory(self.path).load()
+            self.name, self.description = fresh.name, fresh.description
+            self._entries = fresh._entries
         current = self._entries.get(name)
         entry = SourceEntry(
             name=name,
@@ -210,12 +254,24 @@ class KnowledgeBaseDirectory:
             if current is not None and current != entry and name in self._open:
                 self._open.pop(name).close()  # reopen with the new settings
         self._save()
-        if current is None:
-            # create the (empty) index now, so a missing file later means it was lost
-            self.open_source(name, embeddings=False, create=True).close()
-            with self._lock:
-                self._open.pop(name, None)
-        return entry
+        return entry, current
+
+    @contextmanager
+    def _manifest_lock(self) -> Iterator[None]:
+        """Serialise read-modify-write of the manifest across processes.
+
+        Two ``index`` runs adding different sources at once would otherwise each save the
+        manifest they read, and one source would silently disappear from it.
+        """
+        lock = FileLock(f"{self.manifest_path}.lock", timeout=MANIFEST_LOCK_SECONDS)
+        try:
+            with lock:
+                yield
+        except Timeout:
+            raise KnowledgeBaseDirectoryError(
+                f"{self.manifest_path} stayed locked by another process for "
+                f"{MANIFEST_LOCK_SECONDS:g} s; try again"
+            ) from None
 
     def _check_model_change(self, current: SourceEntry, entry: SourceEntry) -> None:
         """Refuse to mix two models' vectors in one index."""

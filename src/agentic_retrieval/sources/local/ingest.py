@@ -149,9 +149,23 @@ def index_paths(
 
     Raises:
         ValueError: Invalid metadata names or values.
+        StoreBusyError: Another run is indexing into ``store`` (one writer at a time).
     """
-    started = time.perf_counter()
     user_metadata = validate_metadata(metadata or {})
+    with store.exclusive_writer():
+        return _index(store, paths, user_metadata, embeddings, progress, chunk_size, overlap)
+
+
+def _index(
+    store: LocalStore,
+    paths: Iterable[str | Path],
+    user_metadata: dict[str, Any],
+    embeddings: Embeddings | None,
+    progress: ProgressCallback | None,
+    chunk_size: int,
+    overlap: int,
+) -> IndexReport:
+    started = time.perf_counter()
     report = IndexReport()
     candidates, roots = _collect(paths, report)
     settings = {

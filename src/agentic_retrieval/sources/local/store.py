@@ -26,15 +26,18 @@ import logging
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 # defined in errors.py; importable from here as before
+from agentic_retrieval.errors import StoreBusyError
 from agentic_retrieval.errors import StoreError as StoreError
 from agentic_retrieval.errors import StoreNotFoundError as StoreNotFoundError
 from agentic_retrieval.odata import Expr, to_sql
@@ -353,6 +356,29 @@ class LocalStore:
             .fetchone()
         )
         return row is not None
+
+    @contextmanager
+    def exclusive_writer(self) -> Iterator[None]:
+        """Hold the store's writer lock (the file ``<store>.lock``) for the block.
+
+        One indexing run per store at a time, across threads and processes: two runs with
+        different metadata on the same files would otherwise leave a mix of both. Readers
+        are never blocked (SQLite's WAL).
+
+        Raises:
+            StoreBusyError: Another run holds the lock (the caller is told at once).
+        """
+        lock = FileLock(f"{self.path}.lock", timeout=0, thread_local=False)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise StoreBusyError(
+                f"{self.path} is being written by another indexing run; try again when it finishes"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _write(self) -> _Transaction:
         return _Transaction(self._connection())
