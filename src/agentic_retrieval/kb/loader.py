@@ -21,6 +21,7 @@ from agentic_retrieval.kb.directory import (
     KnowledgeBaseDirectory,
     KnowledgeBaseDirectoryError,
 )
+from agentic_retrieval.kb.live import LiveSources
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.registry import reranker_by_name
@@ -51,6 +52,10 @@ def open_knowledge_base(
         reranker: A reranker, or a name from :data:`~agentic_retrieval.rerankers.registry.
             RERANKER_NAMES` (default: ``$AGENTIC_RETRIEVAL_RERANKER``, else ``default``).
 
+    Without ``sources``, the knowledge base follows its directory's manifest: a source that
+    ``agentic-retrieval index`` adds while a server runs is searched within a second, a
+    removed one no longer is (see :mod:`agentic_retrieval.kb.live`).
+
     Raises:
         KnowledgeBaseDirectoryError: No knowledge base there, it has no sources, or an
             unknown source name.
@@ -63,14 +68,18 @@ def open_knowledge_base(
             "add one with 'agentic-retrieval index'"
         )
     chosen = reranker if isinstance(reranker, Reranker) else reranker_by_name(reranker)
-    opened = [directory.open_source(name, embeddings) for name in names]
-    return KnowledgeBase(
+    live = None if sources else LiveSources(directory, embeddings)
+    opened = list(live.values()) if live else [directory.open_source(n, embeddings) for n in names]
+    kb = KnowledgeBase(
         opened,
         name=directory.name,
         description=directory.description,
         chat_model=chat_model,
         reranker=chosen,
     )
+    if live is not None:
+        kb.bindings.sources = live  # the graph reads its sources here on every run
+    return kb
 
 
 def default_cache_dir() -> Path:
