@@ -161,8 +161,12 @@ async def structured_call(
         except Exception as exc:  # a provider error must degrade the node, not the run
             logger.warning("structured call to %s failed: %s", schema.__name__, exc)
             # the provider's text stays in the log: it may hold account or key fragments
-            result.error = "the model call failed; the server log has the details"
-            result.error_code = "ModelOutputInvalid" if _is_parse_error(exc) else "ModelError"
+            if _is_parse_error(exc):
+                result.error = f"the model's output did not parse as {schema.__name__}"
+                result.error_code = "ModelOutputInvalid"
+            else:
+                result.error = "the model call failed; the server log has the details"
+                result.error_code = "ModelError"
             continue
         raw = out.get("raw") if isinstance(out, dict) else None
         result.usage.add(raw if isinstance(raw, AIMessage) else None)

@@ -1,0 +1,218 @@
+"""Hostile clients against the REST server on 127.0.0.1: what legitimate clients still get.
+
+Three measurements (figures recorded in benchmarks/README.md):
+
+1. slow connections: N connections (N up to the in-flight cap) trickle a request at one byte
+   a second, without a key (headers, or a body), or with one (a body), while a legitimate
+   client sends requests; how many it gets answered, and how fast;
+2. a maximal-size message: one user message filling the 1 MiB body limit with distinct
+   words, at minimal effort (must stay under 1 s);
+3. abandoned streams: 40 SSE requests with 50,000-character messages, disconnected after
+   their first 300 bytes; how long until ordinary requests are back under 50 ms.
+
+    .venv/bin/python benchmarks/bench_hostile.py [--sample]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+from tests.server_harness import real_docs_kb_dir, running_server
+
+from agentic_retrieval.kb.loader import build_sample_kb, open_knowledge_base
+from agentic_retrieval.server import ServerSettings, create_app
+
+KEY = "bench-key"
+CAP = 4
+QUESTION = {
+    "intents": [{"search": "vacation days"}],
+    "retrievalReasoningEffort": {"kind": "minimal"},
+}
+
+
+def retrieve_path(name: str) -> str:
+    return f"/knowledgebases/{name}/retrieve?api-version=2026-04-01"
+
+
+def distinct_words(count: int) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = []
+    for n in range(count):
+        word = ""
+        for _ in range(5):
+            n, digit = divmod(n, 26)
+            word = letters[digit] + word
+        words.append(word + "x")
+    return words
+
+
+def message_body(chars: int) -> dict:
+    text = " ".join(distinct_words(chars // 7 + 1))[:chars]
+    parts = [{"type": "text", "text": text[i : i + 200_000]} for i in range(0, len(text), 200_000)]
+    return {
+        "messages": [{"role": "user", "content": parts}],
+        "retrievalReasoningEffort": {"kind": "minimal"},
+    }
+
+
+async def legit(base: str, name: str, count: int) -> tuple[int, list[float]]:
+    async with httpx.AsyncClient(timeout=30, headers={"api-key": KEY}) as http:
+        ok, times = 0, []
+        for _ in range(count):
+            started = time.perf_counter()
+            response = await http.post(base + retrieve_path(name), json=QUESTION)
+            times.append((time.perf_counter() - started) * 1000)
+            ok += response.status_code == 200
+        return ok, times
+
+
+async def trickler(base: str, name: str, kind: str, stop: asyncio.Event) -> str:
+    """One slow client; returns how its connection ended."""
+    port = int(base.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps(QUESTION).encode()
+    head = (
+        f"POST {retrieve_path(name)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        + (f"api-key: {KEY}\r\n" if kind == "keyed body" else "")
+        + "\r\n"
+    ).encode()
+    slow = head if kind == "unkeyed headers" else body
+    if kind != "unkeyed headers":
+        writer.write(head)
+    started = time.monotonic()
+    try:
+        for byte in slow:
+            if stop.is_set():
+                return "still open"
+            writer.write(bytes([byte]))
+            await writer.drain()
+            try:
+                line = await asyncio.wait_for(reader.readline(), 1.0)
+                waited = time.monotonic() - started
+                if line:
+                    return f"answered {line.split()[1].decode()} after {waited:.1f} s"
+                return f"closed after {waited:.1f} s"
+            except TimeoutError:
+                continue
+        return "sent everything"
+    except ConnectionError:
+        return f"closed after {time.monotonic() - started:.1f} s"
+    finally:
+        writer.close()
+
+
+async def slow_connections(base: str, name: str) -> None:
+    print(
+        f"\n1. slow connections (max in flight {CAP}); 20 legitimate requests while they are open"
+    )
+    print("   kind              N  served  p50 ms  max ms  what the slow clients got")
+    for kind in ("unkeyed headers", "unkeyed body", "keyed body"):
+        for n in (0, 1, 2, CAP):
+            if n == 0 and kind != "unkeyed headers":
+                continue
+            stop = asyncio.Event()
+            slow = [asyncio.create_task(trickler(base, name, kind, stop)) for _ in range(n)]
+            await asyncio.sleep(1.5)  # they are well under way
+            ok, times = await legit(base, name, 20)
+            stop.set()
+            ended = sorted({await task for task in slow})
+            label = "(none)" if n == 0 else kind
+            print(
+                f"   {label:16} {n:2}  {ok:3}/20  {statistics.median(times):6.1f}  "
+                f"{max(times):6.1f}  {'; '.join(ended) or '-'}"
+            )
+
+
+async def maximal_message(base: str, name: str, limit: int) -> None:
+    body = message_body(limit - 600)  # the JSON around the text fits in the rest
+    size = len(json.dumps(body).encode())
+    async with httpx.AsyncClient(timeout=60, headers={"api-key": KEY}) as http:
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            response = await http.post(base + retrieve_path(name), json=body)
+            times.append(time.perf_counter() - started)
+            assert response.status_code == 200, response.text[:200]
+    print(f"\n2. maximal message: {size} bytes of body ({size / 1024:.0f} KiB), minimal effort")
+    print(f"   seconds per request: p50 {statistics.median(times):.3f}  max {max(times):.3f}")
+
+
+async def abandoned_streams(base: str, name: str) -> None:
+    port = int(base.rsplit(":", 1)[1])
+    body = json.dumps(message_body(50_000)).encode()
+    head = (
+        f"POST {retrieve_path(name)} HTTP/1.1\r\nHost: 127.0.0.1\r\napi-key: {KEY}\r\n"
+        f"Accept: text/event-stream\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+
+    async def abandon() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head + body)
+        await writer.drain()
+        await reader.read(300)
+        writer.close()
+
+    _, baseline = await legit(base, name, 10)
+    await asyncio.gather(*(abandon() for _ in range(40)))
+    hung_up = time.perf_counter()
+    samples = []
+    async with httpx.AsyncClient(timeout=60, headers={"api-key": KEY}) as http:
+        while time.perf_counter() - hung_up < 3.0:
+            started = time.perf_counter()
+            await http.post(base + retrieve_path(name), json=QUESTION)
+            done = time.perf_counter()
+            samples.append((started - hung_up, (done - started) * 1000))
+            await asyncio.sleep(0.05)
+    slow = [at for at, ms in samples if ms >= 50]
+    back = max(slow) + 0.05 if slow else 0.0
+    print("\n3. abandoned streams: 40 SSE requests of 50,000 characters, dropped after 300 bytes")
+    print(f"   ordinary requests before: p50 {statistics.median(baseline):.1f} ms")
+    print(
+        f"   after the hang-ups: first request {samples[0][1]:.1f} ms; all under 50 ms from "
+        f"{back:.2f} s on; p50 over 3 s {statistics.median(ms for _, ms in samples):.1f} ms, "
+        f"max {max(ms for _, ms in samples):.1f} ms ({len(samples)} requests)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sample", action="store_true", help="the bundled sample corpus")
+    args = parser.parse_args()
+    print(
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        f"on {os.cpu_count()} CPUs"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = (
+            build_sample_kb(Path(tmp) / "kb").path if args.sample else real_docs_kb_dir(Path(tmp))
+        )
+        kb = open_knowledge_base(path)
+        settings = ServerSettings(api_keys=[KEY], read_env_keys=False, max_in_flight=CAP)
+        app = create_app(kb, settings=settings)
+        with running_server(app) as base:
+            asyncio.run(legit(base, kb.name, 10))  # warm-up
+            asyncio.run(slow_connections(base, kb.name))
+            asyncio.run(maximal_message(base, kb.name, settings.max_body_bytes))
+        # a server with the default cap (64) for the 40 streams
+        app = create_app(kb, settings=ServerSettings(api_keys=[KEY], read_env_keys=False))
+        with running_server(app) as base:
+            asyncio.run(legit(base, kb.name, 10))
+            asyncio.run(abandoned_streams(base, kb.name))
+    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
