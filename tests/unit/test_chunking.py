@@ -102,3 +102,29 @@ def test_normalize_text_joins_lines_of_a_paragraph() -> None:
 def test_invalid_settings_raise(size: int, overlap: int) -> None:
     with pytest.raises(ValueError):
         chunk_text("text", size=size, overlap=overlap)
+
+
+def test_tiny_sentences_render_each_chunk_once(monkeypatch):
+    """Rendering the current chunk per sentence made 4 MB of "a. a. a." take a minute."""
+    from agentic_retrieval.sources.local import chunking
+
+    renders = 0
+    render = chunking._render
+
+    def counting(sentences):
+        nonlocal renders
+        renders += 1
+        return render(sentences)
+
+    monkeypatch.setattr(chunking, "_render", counting)
+    chunks = chunk_text("a. " * 30_000, size=1000, overlap=100)
+    # 333 sentences of "a." per chunk, 33 of them repeated as the overlap
+    assert [len(c) for c in chunks[:2]] == [998, 998] and len(chunks) == 100
+    assert renders == len(chunks)  # was one per sentence: 30,000
+
+
+def test_a_huge_word_is_cut_into_exact_pieces():
+    word = "".join(chr(ord("a") + i % 26) for i in range(2_500_000))
+    chunks = chunk_text(word, size=1000, overlap=0)
+    assert len(chunks) == 2500
+    assert "".join(chunks) == word

@@ -11,6 +11,7 @@ fits in a chunk on its own: then the paragraph wins).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -72,11 +73,18 @@ def chunk_text(
 
 
 class _Packer:
+    """Packs sentences into chunks, tracking the rendered length instead of re-rendering.
+
+    Re-rendering the current chunk for every sentence made a file of tiny sentences cost
+    (chunk size / sentence length) times its length: a minute for 4 MB of "a. a. a.".
+    """
+
     def __init__(self, size: int, overlap: int) -> None:
         self.size = size
         self.overlap = overlap
         self.chunks: list[str] = []
         self.current: list[_Sentence] = []
+        self.length = 0  # len(_render(self.current))
         self.fresh = 0  # sentences in ``current`` that are not overlap from the previous chunk
 
     def pack(self, paragraphs: list[str]) -> list[str]:
@@ -86,43 +94,64 @@ class _Packer:
                 for sentence in split_sentences(paragraph)
                 for piece in _split_long(sentence, self.size)
             ]
-            whole = _render([*self.current, *sentences])
-            if len(whole) <= self.size:
+            paragraph_length = _rendered_length(sentences)
+            if self._joined(sentences, paragraph_length) <= self.size:
                 self.add(sentences)
-            else:
-                if self.fresh and len(_render(self.current)) >= self.size // 2:
+                continue
+            if self.fresh and self.length >= self.size // 2:
+                self.close()
+                if self._joined(sentences, paragraph_length) > self.size >= paragraph_length:
+                    self._restart([], 0)  # a whole paragraph is worth more than the overlap
+            for sentence in sentences:
+                if self._joined([sentence], len(sentence.text)) > self.size:
                     self.close()
-                    if (
-                        len(_render([*self.current, *sentences]))
-                        > self.size
-                        >= len(_render(sentences))
-                    ):
-                        self.current = []  # a whole paragraph is worth more than the overlap
-                for sentence in sentences:
-                    if len(_render([*self.current, sentence])) > self.size:
-                        self.close()
-                    self.add([sentence])
+                self.add([sentence])
         if self.fresh:
             self.chunks.append(_render(self.current))
         return self.chunks
 
+    def _joined(self, sentences: list[_Sentence], length: int) -> int:
+        """``len(_render([*self.current, *sentences]))`` given ``length`` of ``sentences``."""
+        if not self.current or not sentences:
+            return self.length + length
+        return self.length + _gap(self.current[-1], sentences[0]) + length
+
     def add(self, sentences: list[_Sentence]) -> None:
-        self.current.extend(sentences)
+        for sentence in sentences:
+            self.length = self._joined([sentence], len(sentence.text))
+            self.current.append(sentence)
         self.fresh += len(sentences)
+
+    def _restart(self, sentences: list[_Sentence], length: int) -> None:
+        self.current, self.length = sentences, length
 
     def close(self) -> None:
         """Emit the current chunk (if it has new text) and seed the next with the overlap."""
         if not self.fresh:
-            self.current = []
+            self._restart([], 0)
             return
         self.chunks.append(_render(self.current))
-        carried: list[_Sentence] = []
+        carried: list[_Sentence] = []  # newest first
+        carried_length = 0
         for sentence in reversed(self.current):
-            if len(_render([sentence, *carried])) > self.overlap:
+            gap = _gap(sentence, carried[-1]) if carried else 0
+            length = len(sentence.text) + gap + carried_length
+            if length > self.overlap:
                 break
-            carried.insert(0, sentence)
-        self.current = carried
+            carried.append(sentence)
+            carried_length = length
+        self._restart(carried[::-1], carried_length)
         self.fresh = 0
+
+
+def _gap(a: _Sentence, b: _Sentence) -> int:
+    """The separator's length between two consecutive sentences (space or blank line)."""
+    return 1 if a.paragraph == b.paragraph else 2
+
+
+def _rendered_length(sentences: list[_Sentence]) -> int:
+    gaps = sum(_gap(a, b) for a, b in itertools.pairwise(sentences))
+    return sum(len(s.text) for s in sentences) + gaps
 
 
 def _render(sentences: list[_Sentence]) -> str:
@@ -141,12 +170,15 @@ def _split_long(sentence: str, size: int) -> list[str]:
     pieces: list[str] = []
     current = ""
     for word in sentence.split(" "):
-        while len(word) > size:
+        if len(word) > size:
+            # cut by offsets: slicing the rest off again and again copied a long word
+            # (a base64 blob, a URL list) once per piece
             if current:
                 pieces.append(current)
                 current = ""
-            pieces.append(word[:size])
-            word = word[size:]
+            cut = len(word) - (len(word) % size or size)
+            pieces.extend(word[i : i + size] for i in range(0, cut, size))
+            word = word[cut:]
         candidate = f"{current} {word}" if current else word
         if len(candidate) > size:
             pieces.append(current)
