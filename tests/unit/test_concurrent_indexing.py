@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import write
+from tests.fakes import write
 
 from agentic_retrieval.errors import StoreBusyError
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory

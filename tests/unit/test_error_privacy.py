@@ -12,7 +12,8 @@ import logging
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.server_harness import FailingSource, intents_body, transit_kb
+from tests.fakes import FailingSource
+from tests.server_harness import intents_body, transit_kb
 
 from agentic_retrieval import KnowledgeBase
 from agentic_retrieval.server import ServerSettings, create_app

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.conftest import write
+from tests.fakes import write
 
 from agentic_retrieval.kb import live
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory

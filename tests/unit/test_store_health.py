@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.conftest import write
+from tests.fakes import write
 
 from agentic_retrieval import KnowledgeBase, SearchQuery, SourceError
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
