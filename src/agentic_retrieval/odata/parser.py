@@ -8,6 +8,7 @@ recurse deeper than a few hundred frames, whatever the input.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from agentic_retrieval.odata.ast import (
@@ -295,4 +296,11 @@ def parse_filter(text: str) -> Expr:
             or joining more than ``MAX_CONDITIONS`` conditions, and for numbers out of range.
 
     """
+    return _parse_cached(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cached(text: str) -> Expr:
+    # a request's filter is parsed when it is checked and again by every search it reaches
+    # (subqueries x sources): parse it once; the AST is immutable, so sharing it is safe
     return _Parser(text).parse()
