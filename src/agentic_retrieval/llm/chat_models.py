@@ -41,7 +41,7 @@ def _init_model(spec: str) -> BaseChatModel:
         return init_chat_model(spec)
     except Exception as exc:  # provider packages raise many types; all mean "unusable"
         raise ModelUnavailableError(
-            f"chat model {spec!r} cannot be created: {type(exc).__name__}: {exc}"
+            f"chat model {spec!r} cannot be created: {exc}"
         ) from exc
 
 
