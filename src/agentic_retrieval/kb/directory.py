@@ -230,7 +230,7 @@ class KnowledgeBaseDirectory:
         return entry
 
     def _update_entry(
-        self, name: str, description: str | None, embeddings: bool | None
+        self, name: str, description: str | None, embeddings: bool | str | None
     ) -> tuple[SourceEntry, SourceEntry | None]:
         """Re-read the manifest, change one entry, save (under the manifest lock)."""
         if self.manifest_path.exists():

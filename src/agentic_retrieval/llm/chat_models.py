@@ -40,9 +40,7 @@ def _init_model(spec: str) -> BaseChatModel:
     try:
         return init_chat_model(spec)
     except Exception as exc:  # provider packages raise many types; all mean "unusable"
-        raise ModelUnavailableError(
-            f"chat model {spec!r} cannot be created: {exc}"
-        ) from exc
+        raise ModelUnavailableError(f"chat model {spec!r} cannot be created: {exc}") from exc
 
 
 @dataclass

@@ -93,11 +93,12 @@ def index_records(
 
     Raises:
         ValueError: Invalid ``metadata`` names or values.
+        StoreBusyError: Another run is writing to ``store`` (one writer at a time).
     """
     items = [(f"record {n}", item) for n, item in enumerate(records, start=1)]
-    return _Indexer(store, fields, metadata, embeddings, chunk_size, overlap).run(
-        items, progress, origin=None
-    )
+    indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap)
+    with store.exclusive_writer():
+        return indexer.run(items, progress, origin=None)
 
 
 def index_records_file(
@@ -120,16 +121,23 @@ def index_records_file(
     Raises:
         RecordError: The file is missing, of an unknown format, or unreadable as a whole.
         ValueError: Invalid ``metadata`` names or values.
+        StoreBusyError: Another run is writing to ``store`` (one writer at a time).
     """
     origin = str(Path(path).expanduser().resolve())
     fields = fields or RecordFields()
     items: list[tuple[str, RecordInput | RecordFailure]] = list(read_records(origin, fields))
     indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap)
-    return indexer.run(items, progress, origin=origin)
+    with store.exclusive_writer():
+        return indexer.run(items, progress, origin=origin)
 
 
 def delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
     """Remove records by id; ids that are not indexed are reported in ``failed``."""
+    with store.exclusive_writer():
+        return _delete_records(store, ids)
+
+
+def _delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
     started = time.perf_counter()
     report = IndexReport()
     for identifier in dict.fromkeys(str(i) for i in ids):
