@@ -17,8 +17,8 @@ import pytest
 from tests.fakes import write
 
 from agentic_retrieval import KnowledgeBase, SearchQuery, SourceError
+from agentic_retrieval.errors import StoreUnavailableError
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
-from agentic_retrieval.sources.local.health import StoreUnavailableError
 
 REQUEST = {"intents": [{"search": "tram fares"}], "retrievalReasoningEffort": {"kind": "minimal"}}
 UNAVAILABLE = (

@@ -45,7 +45,7 @@ def bounded_protocol(header_timeout_seconds: float, max_header_bytes: int) -> ty
     class BoundedHeaders(base):  # type: ignore[misc, valid-type]
         """uvicorn's protocol, plus a deadline and a size cap on each request's headers."""
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport: asyncio.Transport) -> None:
             self._lingering = _LingeringClose(transport)
             super().connection_made(self._lingering)
             self._header_bytes = 0

@@ -12,6 +12,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from agentic_retrieval.errors import StoreUnavailableError
 from agentic_retrieval.odata import (
     Expr,
     FieldKind,
@@ -21,7 +22,6 @@ from agentic_retrieval.odata import (
 )
 from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery, SourceError
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
-from agentic_retrieval.sources.local.health import StoreUnavailableError
 from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
 from agentic_retrieval.sources.local.record_ingest import (
     RecordInput,
