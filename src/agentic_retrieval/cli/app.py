@@ -408,6 +408,7 @@ def _undo_creation(
     directory.remove_source(source)
     if kb_created:
         directory.manifest_path.unlink(missing_ok=True)
+        Path(f"{directory.manifest_path}.lock").unlink(missing_ok=True)
     if dir_created:
         with contextlib.suppress(OSError):  # not empty: something else lives there now
             directory.path.rmdir()

@@ -233,11 +233,7 @@ class KnowledgeBaseDirectory:
         self, name: str, description: str | None, embeddings: bool | str | None
     ) -> tuple[SourceEntry, SourceEntry | None]:
         """Re-read the manifest, change one entry, save (under the manifest lock)."""
-        if self.manifest_path.exists():
-            # another process may have added a source since this object read the manifest
-            fresh = KnowledgeBaseDirectory(self.path).load()
-            self.name, self.description = fresh.name, fresh.description
-            self._entries = fresh._entries
+        self._reload_entries()
         current = self._entries.get(name)
         entry = SourceEntry(
             name=name,
@@ -255,6 +251,14 @@ class KnowledgeBaseDirectory:
                 self._open.pop(name).close()  # reopen with the new settings
         self._save()
         return entry, current
+
+    def _reload_entries(self) -> None:
+        """Read the manifest again: another process may have changed it since (under the lock)."""
+        if self.manifest_path.exists():
+            fresh = KnowledgeBaseDirectory(self.path).load()
+            self.name, self.description = fresh.name, fresh.description
+            with self._lock:
+                self._entries = fresh._entries
 
     @contextmanager
     def _manifest_lock(self) -> Iterator[None]:
@@ -393,9 +397,12 @@ class KnowledgeBaseDirectory:
         dimension = source.store.dimension() if entry.embeddings else None
         if dimension is None or entry.embedding_dimension == dimension:
             return
-        with self._lock:
-            self._entries[name] = dataclasses.replace(entry, embedding_dimension=dimension)
-        self._save()
+        with self._manifest_lock():
+            self._reload_entries()
+            entry = self._entry(name)
+            with self._lock:
+                self._entries[name] = dataclasses.replace(entry, embedding_dimension=dimension)
+            self._save()
 
     def remove_source(self, name: str) -> None:
         """Remove a source: its manifest entry, then its index file.
@@ -403,14 +410,16 @@ class KnowledgeBaseDirectory:
         Raises:
             KnowledgeBaseDirectoryError: Unknown source name.
         """
-        entry = self._entry(name)
-        with self._lock:
-            opened = self._open.pop(name, None)
-            del self._entries[name]
-        if opened is not None:
-            opened.close()
-        self._save()  # first: a crash now leaves an unused file, never a dangling entry
-        for suffix in ("", "-wal", "-shm"):
+        with self._manifest_lock():
+            self._reload_entries()
+            entry = self._entry(name)
+            with self._lock:
+                opened = self._open.pop(name, None)
+                del self._entries[name]
+            if opened is not None:
+                opened.close()
+            self._save()  # first: a crash now leaves an unused file, never a dangling entry
+        for suffix in ("", "-wal", "-shm", ".lock"):
             (self.path / f"{entry.database}{suffix}").unlink(missing_ok=True)
 
     def close(self) -> None:
