@@ -74,10 +74,10 @@ def test_mistakes_speak_the_command_lines_language(kb, args, message):
 
 
 def test_serve_names_the_urls_to_call(kb, monkeypatch):
-    import uvicorn
+    from agentic_retrieval.server import serving
 
     calls = []
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(serving, "serve", lambda *a, **k: calls.append(k))
     result = runner.invoke(app, ["serve", "--kb", str(kb), "--port", "0", "--api-key", "k1"])
     assert result.exit_code == 0, result.output
     assert calls and calls[0]["port"] == 0
