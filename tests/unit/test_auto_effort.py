@@ -423,3 +423,36 @@ def test_evaluate_compares_auto_with_the_fixed_efforts(toy_source):
     assert auto.configuration.name.startswith("auto/")
     assert [q.model_calls for q in auto.queries] == [0, 1]
     assert auto.summary["R@10"] == 1.0
+
+
+def test_cli_readable_output_shows_the_decisions(tmp_path, monkeypatch):
+    from agentic_retrieval.kb import loader
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "ferries.md").write_text(
+        "# Ferries\n\nThe Gull Island ferry leaves every 40 minutes.\n"
+    )
+    (docs / "parking.md").write_text("# Parking\n\nPark and ride at Saltmarsh costs 4 dollars.\n")
+    runner = CliRunner()
+    indexed = runner.invoke(
+        cli_app, ["index", "--kb", str(tmp_path / "kb"), "--source", "g", str(docs)]
+    )
+    assert indexed.exit_code == 0, indexed.output
+    plan = {"needs_retrieval": True, "queries": [{"query": "ferry"}, {"query": "park and ride"}]}
+    model = ScriptedChatModel(script={"QueryPlan": [plan]})
+    opened = loader.open_knowledge_base
+    monkeypatch.setattr(
+        loader, "open_knowledge_base", lambda *a, **k: opened(*a, **k, chat_model=model)
+    )
+    question = "How often does the ferry leave, and what does park and ride cost?"
+    result = runner.invoke(
+        cli_app, ["retrieve", "--kb", str(tmp_path / "kb"), "--effort", "auto", question]
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "Effort (auto): minimal → low: 2 distinct asks (auto_max_asks 1): planned as one "
+        "subquery each"
+    ) in result.stdout
+    assert "Effort (auto): stays low: results are strong" in result.stdout
+    assert model.script.count() == 1
