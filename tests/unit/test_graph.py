@@ -649,11 +649,14 @@ def test_sync_retrieve_returns_at_the_limit_even_when_a_source_thread_lingers(to
 
     from agentic_retrieval.sources.base import Hit
 
+    workers: list[threading.Thread] = []
+
     class BlockingThreadSource:
         name, kind, description = "blocking", "searchIndex", "sync client in a thread"
 
         async def search(self, query):
             def blocking():
+                workers.append(threading.current_thread())
                 _time.sleep(4)
                 return [Hit(doc_key="late", content="late")]
 
@@ -664,7 +667,13 @@ def test_sync_retrieve_returns_at_the_limit_even_when_a_source_thread_lingers(to
     response = kb.retrieve({"intents": [{"search": "day pass"}], "maxRuntimeInSeconds": 1})
     assert _time.perf_counter() - started < 3
     assert response.status_code == 206
-    assert threading.active_count() >= 1
+    # the call returned while the source's thread was still blocked in its client
+    assert len(workers) == 1 and workers[0].is_alive()
+    blocked = next(
+        r for r in response.activity if r.model_extra.get("knowledgeSourceName") == "blocking"
+    )
+    assert blocked.error.code == "Timeout"
+    assert response.references[0].doc_key == "fares"
 
 
 def test_timed_out_run_with_grounded_but_unreferenced_results_is_not_408(toy_source):
