@@ -9,7 +9,13 @@ import pytest
 from langchain_core.messages import HumanMessage
 from tests.fakes import FailingSource, RecordingSource, SlowSource, user
 
-from agentic_retrieval import Context, KnowledgeBase, build_graph
+from agentic_retrieval import (
+    Context,
+    InvalidRequestError,
+    KnowledgeBase,
+    UnknownKnowledgeSourceError,
+    build_graph,
+)
 from agentic_retrieval.testing import ScriptedChatModel
 
 PLAN_TWO = {
@@ -527,6 +533,32 @@ def test_graph_invoke_stream_and_ainvoke(toy_source):
     assert asyncio.run(graph.ainvoke(state, context=context))["references"] == out["references"]
     batch = graph.batch([state, state], context=context)
     assert len(batch) == 2
+
+
+@pytest.mark.parametrize(
+    ("state", "effort", "message"),
+    [
+        ({}, "minimal", "pass 'messages' or 'intents'"),
+        ({"intents": ["  "]}, "minimal", "pass 'messages' or 'intents'"),
+        ({"messages": [HumanMessage(" ")]}, "low", "'messages' holds no text"),
+    ],
+)
+def test_graph_input_with_nothing_to_retrieve_is_an_invalid_request(
+    toy_source, state, effort, message
+):
+    graph = build_graph([toy_source], chat_model=ScriptedChatModel(script={}))
+    with pytest.raises(InvalidRequestError, match=f"nothing to retrieve: {message}"):
+        graph.invoke(state, context=Context(reasoning_effort=effort))
+
+
+def test_graph_input_naming_an_unbound_source_is_an_unknown_source_error(toy_source):
+    graph = build_graph([toy_source])
+    state = {
+        "intents": ["day pass"],
+        "knowledge_source_params": [{"knowledgeSourceName": "nope"}],
+    }
+    with pytest.raises(UnknownKnowledgeSourceError, match="unknown knowledge source.*: nope"):
+        graph.invoke(state, context=Context(reasoning_effort="minimal"))
 
 
 async def test_sync_invoke_works_inside_a_running_loop(toy_source):

@@ -14,6 +14,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from agentic_retrieval.context import Context
+from agentic_retrieval.errors import UnknownKnowledgeSourceError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import StructuredResult, Usage
 from agentic_retrieval.odata import and_filters
@@ -115,11 +116,11 @@ def allowed_sources(
     """Sources this run may query: bound, allowed by the context, named by the caller.
 
     Raises:
-        ValueError: When the caller names a source that is not bound.
+        UnknownKnowledgeSourceError: The caller names a source that is not bound.
     """
     unknown = sorted(set(params) - set(bindings.sources))
     if unknown:
-        raise ValueError(f"unknown knowledge source(s): {', '.join(unknown)}")
+        raise UnknownKnowledgeSourceError(f"unknown knowledge source(s): {', '.join(unknown)}")
     names = list(bindings.sources)
     if context.knowledge_sources is not None:
         names = [n for n in names if n in context.knowledge_sources]

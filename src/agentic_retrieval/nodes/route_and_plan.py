@@ -19,6 +19,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from agentic_retrieval.context import Context, current_context
+from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.nodes._planning import plan_retrieval
 from agentic_retrieval.nodes._shared import NodeFn, last_user_text, parse_source_params
@@ -45,12 +46,12 @@ def make_route_and_plan(bindings: Bindings) -> NodeFn:
         if turn["planned_by"] != "model":
             texts = _intents(state) or ([turn["question"]] if turn["question"] else [])
             if not texts:
-                raise ValueError("nothing to retrieve: pass 'messages' or 'intents'")
+                raise InvalidRequestError("nothing to retrieve: pass 'messages' or 'intents'")
             planned = [Subquery(id=f"q0.{i}", text=t) for i, t in enumerate(texts)]
             return {**turn, "planned": planned}
         question = turn["question"]
         if not question:
-            raise ValueError("nothing to retrieve: 'messages' holds no text")
+            raise InvalidRequestError("nothing to retrieve: 'messages' holds no text")
         runtime.stream_writer({"event": "planning", "question": question})
         update = await plan_retrieval(
             bindings, state, context, config, question, turn["started_at"]
