@@ -23,13 +23,14 @@ from __future__ import annotations
 import operator
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar, get_type_hints
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from langchain_core.messages import AnyMessage
 from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from langgraph.types import Overwrite
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, Usage
 from agentic_retrieval.llm.schemas import EvidenceAssessment
@@ -551,6 +552,32 @@ def run_reset() -> dict[str, Any]:
         name: (Overwrite(factory()) if reduced else factory())
         for name, factory, reduced in _RUN_DEFAULTS
     }
+
+
+def described(schema: type) -> type[Any]:
+    """``schema`` (:class:`InputState` or :class:`OutputState`) as a described TypedDict.
+
+    The graph publishes this as its input/output JSON schema: what LangGraph Studio's input
+    form and the server's ``/assistants/{id}/schemas`` show. LangGraph derives that schema
+    from a dataclass by channel type alone (the fields' descriptions are lost); from a
+    TypedDict it keeps each field's ``Field(description=..., default=...)``. Each field's
+    reducer or channel stays the last ``Annotated`` item, where LangGraph looks for it, so
+    the channels are the same as the dataclass's, and so is what a run reads and returns.
+    """
+    hints = get_type_hints(schema, include_extras=True)
+    items: dict[str, Any] = {}
+    for spec in fields(schema):
+        info = Field(default=_default_factory(spec)(), description=spec.metadata["description"])
+        hint = hints[spec.name]
+        if get_origin(hint) is Annotated:
+            base, *extras = get_args(hint)
+            items[spec.name] = Annotated.__class_getitem__((base, info, *extras))
+        else:
+            items[spec.name] = Annotated[hint, info]
+    # the functional form, with fields computed from the dataclass (mypy wants literals)
+    typed: type[Any] = TypedDict(schema.__name__, items, total=False)  # type: ignore[misc]
+    typed.__doc__ = schema.__doc__
+    return typed
 
 
 def _default_factory(spec: Any) -> Any:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from langgraph.channels import BinaryOperatorAggregate, LastValue, UntrackedValue
+
 from agentic_retrieval import build_graph
+from agentic_retrieval.state import InputState, OutputState
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
 
@@ -60,3 +64,35 @@ def test_graph_has_the_designed_nodes_and_edges():
 
 def test_graph_is_named():
     assert build_graph([]).name == "agentic_retrieval"
+
+
+def test_studio_forms_show_each_input_and_output_field_with_its_description_and_default():
+    # what `langgraph dev` serves at /assistants/{id}/schemas, and Studio's input form shows
+    graph = build_graph([])
+    for schema, state in (
+        (graph.get_input_jsonschema(), InputState),
+        (graph.get_output_jsonschema(), OutputState),
+    ):
+        properties = schema["properties"]
+        assert list(properties) == [f.name for f in dataclasses.fields(state)]
+        for spec in dataclasses.fields(state):
+            assert properties[spec.name]["description"] == spec.metadata["description"]
+    intents = graph.get_input_jsonschema()["properties"]["intents"]
+    assert intents == {
+        "default": [],
+        "description": "Search strings to run as-is (no planning): the retrieve API's "
+        "intents[].search.",
+        "items": {"type": "string"},
+        "title": "Intents",
+        "type": "array",
+    }
+    assert graph.get_output_jsonschema()["properties"]["passage_count"]["default"] == 0
+
+
+def test_described_schemas_keep_the_state_channels():
+    channels = build_graph([]).builder.channels
+    assert type(channels["messages"]) is BinaryOperatorAggregate
+    assert type(channels["intents"]) is UntrackedValue
+    assert type(channels["knowledge_source_params"]) is UntrackedValue
+    assert type(channels["partial"]) is BinaryOperatorAggregate
+    assert type(channels["response"]) is LastValue

@@ -37,7 +37,7 @@ from agentic_retrieval.nodes.search import make_search
 from agentic_retrieval.nodes.synthesize import make_synthesize
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.state import InputState, OutputState, RetrievalState
+from agentic_retrieval.state import InputState, OutputState, RetrievalState, described
 
 GRAPH_NAME = "agentic_retrieval"
 
@@ -96,7 +96,10 @@ def compile_graph(
         name: The compiled graph's name.
     """
     builder = StateGraph(
-        RetrievalState, input_schema=InputState, output_schema=OutputState, context_schema=Context
+        RetrievalState,
+        input_schema=described(InputState),  # Studio's input form shows field descriptions
+        output_schema=described(OutputState),
+        context_schema=Context,
     )
     builder.add_node("route_and_plan", with_sync_twin(make_route_and_plan(bindings)))
     builder.add_node("judge_question", with_sync_twin(judge_question))
