@@ -37,29 +37,30 @@ def test_graph_has_the_designed_nodes_and_edges():
         "respond",
         "__end__",
     }
-    edges = {(e.source, e.target) for e in graph.edges}
-    assert {
-        ("__start__", "route_and_plan"),
-        ("route_and_plan", "prepare_searches"),
-        ("route_and_plan", "respond"),
-        ("route_and_plan", "judge_question"),
-        ("judge_question", "prepare_searches"),
-        ("judge_question", "plan_queries"),
-        ("plan_queries", "prepare_searches"),
-        ("plan_queries", "respond"),
-        ("prepare_searches", "search"),
-        ("search", "rerank"),
-        ("rerank", "assess_evidence"),
-        ("rerank", "synthesize"),
-        ("rerank", "judge_results"),
-        ("judge_results", "synthesize"),
-        ("judge_results", "plan_queries"),
-        ("judge_results", "assess_evidence"),
-        ("assess_evidence", "search"),
-        ("assess_evidence", "synthesize"),
-        ("synthesize", "respond"),
-        ("respond", "__end__"),
-    } <= edges
+    edges = {(e.source, e.target, e.conditional) for e in graph.edges}
+    assert edges == {
+        ("__start__", "route_and_plan", False),
+        ("route_and_plan", "judge_question", True),
+        ("route_and_plan", "prepare_searches", True),
+        ("route_and_plan", "respond", True),
+        ("judge_question", "plan_queries", True),
+        ("judge_question", "prepare_searches", True),
+        ("plan_queries", "prepare_searches", True),
+        ("plan_queries", "respond", True),
+        ("prepare_searches", "rerank", True),  # nothing to search: straight to rerank
+        ("prepare_searches", "search", True),
+        ("search", "rerank", False),
+        ("rerank", "assess_evidence", True),
+        ("rerank", "judge_results", True),
+        ("rerank", "synthesize", True),
+        ("judge_results", "assess_evidence", True),
+        ("judge_results", "plan_queries", True),
+        ("judge_results", "synthesize", True),
+        ("assess_evidence", "search", True),
+        ("assess_evidence", "synthesize", True),
+        ("synthesize", "respond", False),
+        ("respond", "__end__", False),
+    }
 
 
 def test_graph_is_named():
