@@ -91,7 +91,7 @@ def test_unparseable_model_output_over_http_degrades(toy_source, monkeypatch):
         response = kb.retrieve({"messages": [user("lost items on a tram")]})
         assert len(server.requests) == 2
     planning = response.activity[0]
-    assert planning.error is not None
+    assert planning.error.code == "ModelOutputInvalid"
     # With json_schema output the OpenAI client itself raises on unparseable content, before
     # LangChain sees the usage block: those attempts' tokens cannot be counted.
     assert planning.model_extra["inputTokens"] == 0

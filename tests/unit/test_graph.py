@@ -297,7 +297,7 @@ def test_malformed_evidence_degrades_to_sufficient(toy_source):
         {"messages": [user("q")], "retrievalReasoningEffort": {"kind": "medium"}}
     )
     evidence = next(r for r in response.activity if r.type == "modelEvidenceAssessment")
-    assert evidence.error is not None
+    assert evidence.error.code == "ModelOutputInvalid"
     assert types(response).count("searchIndex") == 2  # no follow-up round
     assert response.status_code == 200
 
@@ -816,7 +816,7 @@ async def test_astream_is_bounded_by_max_runtime_too():
     started = loop.time()
     events = [e async for e in kb.astream({"intents": [{"search": "x"}], "maxRuntimeInSeconds": 1})]
     assert loop.time() - started < 5
-    assert events[-1]["event"] == "response" and events[-1]["status"] in (206, 408)
+    assert events[-1]["event"] == "response" and events[-1]["status"] == 408  # nothing ready
 
 
 # --- the facade: per-call defaults and config, typed retriever ---------------------------------
