@@ -21,7 +21,7 @@ from agentic_retrieval import prompts
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import structured_call
-from agentic_retrieval.llm.schemas import SynthesizedAnswer
+from agentic_retrieval.llm.schemas import EvidenceAssessment, SynthesizedAnswer
 from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, remaining_seconds, today
 from agentic_retrieval.state import AnswerActivity, ErrorInfo, RankedHit, RetrievalState
 from agentic_retrieval.wire.citations import validate_citations
@@ -52,7 +52,7 @@ def make_synthesize(bindings: Bindings) -> NodeFn:
         if left <= 0:
             return {**extractive, "timed_out": True}
         runtime.stream_writer({"event": "answering", "passages": len(ranked)})
-        return await _answer(bindings, state, context, config, question, ranked, left, extractive)
+        return await _answer(bindings, state, context, config, left, extractive)
 
     return synthesize
 
@@ -62,54 +62,50 @@ async def _answer(
     state: RetrievalState,
     context: Context,
     config: RunnableConfig,
-    question: str,
-    ranked: list[RankedHit],
     left: float,
     extractive: dict[str, Any],
 ) -> dict[str, Any]:
+    """Ask the answer model for a cited answer; ``extractive`` is the fallback update."""
     model = bindings.models.resolve("answer", context)
-    passages, shown_ids = format_passages(ranked, context.max_output_size)
-    shown = [h for h in ranked if h.ref_id in shown_ids]
-    params = state.source_params
-    # only passages that will be in the references may be cited
-    citable = {
-        h.ref_id
-        for h in shown
-        if h.source not in params or params[h.source].include_references is not False
-    }
-    evidence = state.evidence
-    missing = ""
-    if evidence is not None and not evidence.is_sufficient and evidence.missing_information:
-        missing = "\nKnown gaps in the passages: " + "; ".join(evidence.missing_information)
-    prompt = context.answer_prompt.format(today=today(), missing=missing, passages=passages)
+    passages, shown_ids = format_passages(state.ranked, context.max_output_size)
+    shown = [h for h in state.ranked if h.ref_id in shown_ids]
+    prompt = context.answer_prompt.format(
+        today=today(), missing=_known_gaps(state.evidence), passages=passages
+    )
     wall, clock = time.time(), time.perf_counter()
     result = await structured_call(
         model,
         SynthesizedAnswer,
-        [SystemMessage(prompt), HumanMessage(question)],
+        [SystemMessage(prompt), HumanMessage(state.question)],
         config=config,
         timeout=left,
     )
+    record = AnswerActivity(
+        key="answer", started=wall, elapsed_ms=elapsed_ms(clock), usage=result.usage
+    )
     if result.value is None or not result.value.answer.strip():
         error = ErrorInfo.of(result.error_code, result.error or "the answer was empty")
-        failed = AnswerActivity(
-            key="answer",
-            started=wall,
-            elapsed_ms=elapsed_ms(clock),
-            usage=result.usage,
-            error=error,
-        )
-        return {**extractive, "activity_log": [failed]}
-    answer, removed = validate_citations(result.value.answer, citable)
-    entry = AnswerActivity(
-        key="answer",
-        started=wall,
-        elapsed_ms=elapsed_ms(clock),
-        usage=result.usage,
-        removed_citations=removed,
-    )
+        return {**extractive, "activity_log": [record.model_copy(update={"error": error})]}
+    answer, removed = validate_citations(result.value.answer, _citable(shown, state))
     return {
         "response": answer,
         "grounded_ref_ids": [h.ref_id for h in shown],
-        "activity_log": [entry],
+        "activity_log": [record.model_copy(update={"removed_citations": removed})],
     }
+
+
+def _citable(shown: list[RankedHit], state: RetrievalState) -> set[int]:
+    """ref_ids the answer may cite: only passages that will be in the references."""
+    params = state.source_params
+    return {
+        h.ref_id
+        for h in shown
+        if h.source not in params or params[h.source].include_references is not False
+    }
+
+
+def _known_gaps(evidence: EvidenceAssessment | None) -> str:
+    """The prompt's ``{missing}``: what the evidence assessment found missing, if anything."""
+    if evidence is None or evidence.is_sufficient or not evidence.missing_information:
+        return ""
+    return "\nKnown gaps in the passages: " + "; ".join(evidence.missing_information)
