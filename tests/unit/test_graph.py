@@ -557,7 +557,7 @@ def test_graph_input_naming_an_unbound_source_is_an_unknown_source_error(toy_sou
         "intents": ["day pass"],
         "knowledge_source_params": [{"knowledgeSourceName": "nope"}],
     }
-    with pytest.raises(UnknownKnowledgeSourceError, match="unknown knowledge source.*: nope"):
+    with pytest.raises(UnknownKnowledgeSourceError, match=r"unknown knowledge source.*: nope"):
         graph.invoke(state, context=Context(reasoning_effort="minimal"))
 
 
