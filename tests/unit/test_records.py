@@ -69,6 +69,22 @@ async def test_reindexing_is_incremental_and_drops_records_gone_from_the_file(tm
     assert await keys(source, "added by hand") == ["manual#0"]
 
 
+async def test_a_malformed_line_never_deletes_the_record_it_held(tmp_path, source):
+    corpus = jsonl(tmp_path / "corpus.jsonl", BEIR_CORPUS)
+    source.index_records(corpus)
+    lines = corpus.read_text().splitlines()
+    lines[1] = '{"_id": "d2", "title": "Bike docks", broken'  # d2's line, mid-edit
+    write(corpus, "\n".join(lines) + "\n")
+    report = source.index_records(corpus)
+    assert report.deleted == [] and report.unchanged == ["d1", "d3"]
+    assert [f.path for f in report.failed] == ["corpus.jsonl:2"] and report.kept == ["d2"]
+    assert await keys(source, "docked") == ["d2#0"]
+    # once the file reads cleanly, what it no longer holds goes
+    write(corpus, "\n".join([lines[0], lines[2]]) + "\n")
+    assert source.index_records(corpus).deleted == ["d2"]
+    assert await keys(source, "docked") == []
+
+
 async def test_metadata_fields_are_typed_and_filterable_from_csv(tmp_path, source):
     table = write(
         tmp_path / "products.csv",

@@ -384,6 +384,13 @@ def _report_problems(report: IndexReport, noun: str = "files") -> None:
     """Name every failure and unsupported file on stderr, then say when nothing was indexed."""
     for failure in report.failed:
         err.print(f"failed: {failure.path}: {failure.reason}", markup=False, soft_wrap=True)
+    if report.kept:
+        err.print(
+            f"kept {len(report.kept)} {noun} no longer in the file, as its unreadable lines may "
+            "hold them: fix those lines and index again to remove them",
+            markup=False,
+            soft_wrap=True,
+        )
     for path in report.ignored[:MAX_NAMED_IGNORED]:
         err.print(f"skipped (unsupported type): {path}", markup=False, soft_wrap=True)
     if len(report.ignored) > MAX_NAMED_IGNORED:

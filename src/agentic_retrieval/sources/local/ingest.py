@@ -93,6 +93,9 @@ class IndexReport:
     skipped: list[FileFailure] = field(default_factory=list)
     """Entries of indexed folders deliberately not read, and why: links leading out of the
     folder (or to folders), FIFOs, sockets, devices, folders that cannot be listed."""
+    kept: list[str] = field(default_factory=list)
+    """Records a records file no longer holds, kept because some of its lines could not be
+    read (one of them may be such a record); removed once the file reads cleanly."""
     chunks_written: int = 0
     chunks_deleted: int = 0
     total_chunks: int = 0

@@ -198,13 +198,25 @@ class _Indexer:
                 progress(IndexProgress(done, len(items), where, status))
         self._write(batch, report)
         if origin is not None:
-            for stale in sorted(set(self.store.record_ids(origin)) - seen):
-                report.chunks_deleted += self.store.delete_file(RECORD_PREFIX + stale)
-                report.deleted.append(stale)
+            self._drop_stale(origin, seen, report)
         report.total_chunks = self.store.count_chunks()
         report.elapsed_seconds = time.perf_counter() - started
         logger.info("indexed records into %s: %s", self.store.path.name, report.summary())
         return report
+
+    def _drop_stale(self, origin: str, seen: set[str], report: IndexReport) -> None:
+        """Delete the records ``origin`` held before and holds no more.
+
+        A line that could not be read may be one of them (its id is unknown), so after any
+        failure they are kept (``report.kept``) until the file reads cleanly.
+        """
+        stale = sorted(set(self.store.record_ids(origin)) - seen)
+        if report.failed:
+            report.kept.extend(stale)
+            return
+        for key in stale:
+            report.chunks_deleted += self.store.delete_file(RECORD_PREFIX + key)
+            report.deleted.append(key)
 
     def _prepare(
         self,
