@@ -87,19 +87,22 @@ class SourceFiles:
             UnreadableFileError: A corrupt file, or one without text.
         """
         self._check(upload)
-        existing = self._by_name(upload.file_name)
-        if existing is not None:
-            raise ResourceConflictError(
-                f"A file named '{upload.file_name}' already exists in this knowledge source "
-                f"(fileId {existing['fileId']}); replace it with PUT to its files('<fileId>')."
-            )
-        if self.documents.count() >= self.max_files:
-            raise ResourceConflictError(
-                f"This knowledge source holds {self.max_files} files, its capacity; delete "
-                "some first."
-            )
-        now = _now()
-        return self._write(str(uuid.uuid4()), upload, created=now, updated=now)
+        document = convert(upload)  # the slow part, before other writers are held up
+        with self.documents.store.transaction():  # one writer: names stay unique
+            existing = self._by_name(upload.file_name)
+            if existing is not None:
+                raise ResourceConflictError(
+                    f"A file named '{upload.file_name}' already exists in this knowledge "
+                    f"source (fileId {existing['fileId']}); replace it with PUT to its "
+                    "files('<fileId>')."
+                )
+            if self.documents.count() >= self.max_files:
+                raise ResourceConflictError(
+                    f"This knowledge source holds {self.max_files} files, its capacity; delete "
+                    "some first."
+                )
+            now = _now()
+            return self._write(str(uuid.uuid4()), upload, document, created=now, updated=now)
 
     def update(self, file_id: str, upload: FileUpload) -> FileOutcome:
         """Replace a file's content (and name and metadata).
@@ -110,19 +113,22 @@ class SourceFiles:
             UnsupportedFileError, UnreadableFileError, InvalidRequestError: As for
                 :meth:`upload`.
         """
-        current = self.documents.get(file_id)
-        if current is None:
-            raise ResourceNotFoundError(f"No file with id '{file_id}' exists in this source.")
+        current = self._current(file_id)
         self._check(upload)
-        other = self._by_name(upload.file_name)
-        if other is not None and other["fileId"] != file_id:
-            raise ResourceConflictError(
-                f"Another file (fileId {other['fileId']}) is already named '{upload.file_name}'."
-            )
-        digest = _digest(upload)
-        if current.get("contentHash") == digest:
+        if current.get("contentHash") == _digest(upload):
             return FileOutcome(public(current), indexed=False)
-        return self._write(file_id, upload, created=current["createdAt"], updated=_now())
+        document = convert(upload)
+        with self.documents.store.transaction():
+            current = self._current(file_id)  # it may have gone while converting
+            other = self._by_name(upload.file_name)
+            if other is not None and other["fileId"] != file_id:
+                raise ResourceConflictError(
+                    f"Another file (fileId {other['fileId']}) is already named "
+                    f"'{upload.file_name}'."
+                )
+            return self._write(
+                file_id, upload, document, created=current["createdAt"], updated=_now()
+            )
 
     def delete(self, file_id: str) -> bool:
         """Remove a file and its chunks; ``False`` when there was none."""
@@ -166,13 +172,24 @@ class SourceFiles:
                 f"supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
             )
 
+    def _current(self, file_id: str) -> dict[str, Any]:
+        current = self.documents.get(file_id)
+        if current is None:
+            raise ResourceNotFoundError(f"No file with id '{file_id}' exists in this source.")
+        return current
+
     def _by_name(self, name: str) -> dict[str, Any] | None:
         return next((f for f in self.all() if f["fileName"] == name), None)
 
     def _write(
-        self, file_id: str, upload: FileUpload, *, created: str, updated: str
+        self,
+        file_id: str,
+        upload: FileUpload,
+        document: LoadedDocument,
+        *,
+        created: str,
+        updated: str,
     ) -> FileOutcome:
-        document = convert(upload)
         path = PurePosixPath(upload.file_name)
         prefix = f"{path.parent.as_posix()}/" if str(path.parent) != "." else ""
         described = {
