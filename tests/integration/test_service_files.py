@@ -6,8 +6,10 @@ with the multipart body of the 2026-10-01 GA; everything else uses its typed cli
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -205,6 +207,14 @@ def http(endpoint):
         yield client
 
 
+def zip_of(members: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
+
+
 def post_file(http: httpx.Client, name: str, data: bytes) -> httpx.Response:
     metadata = json.dumps({"fileName": name})
     return http.post(
@@ -237,8 +247,15 @@ def test_bad_uploads_get_clear_errors_and_keep_what_is_stored(http, monkeypatch)
     assert "'.exe'" in unsupported.json()["error"]["message"]
     corrupt = post_file(http, "broken.pdf", b"%PDF-1.4 this is not really a pdf")
     assert corrupt.status_code == 400
-    assert "broken.pdf" in corrupt.json()["error"]["message"]
+    assert corrupt.json()["error"]["message"] == (
+        "could not read 'broken.pdf': unreadable PDF (damaged, truncated or not a PDF)"
+    )
     assert post_file(http, "fake.docx", b"not a zip at all").status_code == 400
+    damaged = post_file(http, "damaged.docx", zip_of({"readme.txt": "no document inside"}))
+    assert damaged.status_code == 400
+    assert damaged.json()["error"]["message"] == (
+        "could not read 'damaged.docx': unreadable .docx file (damaged, or not a .docx document)"
+    )
     assert post_file(http, "empty.txt", b"   \n").status_code == 400
     assert post_file(http, "kept.md", b"# Again").status_code == 409
     assert post_file(http, "big.txt", b"x" * 2_000_001).status_code == 413

@@ -101,7 +101,8 @@ def load_office(path: Path, data: bytes) -> LoadedDocument:
         )
     # each format's reader raises its own errors on damaged files (zip, XML, KeyError...)
     except Exception as exc:
-        raise LoaderError(f"unreadable {path.suffix.lower()} file: {type(exc).__name__}") from exc
+        kind = path.suffix.lower()
+        raise LoaderError(f"unreadable {kind} file (damaged, or not a {kind} document)") from exc
     markdown = _TABLE_RULE.sub("", result.text_content or "")
     sections = _office_sections(path.suffix.lower(), markdown)
     heading = _HEADING.search(markdown)

@@ -223,7 +223,8 @@ def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
         ZeroDivisionError,
         OSError,
     ) as exc:
-        raise LoaderError(f"unreadable PDF: {type(exc).__name__}: {exc}") from exc
+        # pypdf's own wording names its internals; the cause stays chained for debugging
+        raise LoaderError("unreadable PDF (damaged, truncated or not a PDF)") from exc
     title = " ".join(str(meta_title).split())[:_MAX_TITLE] or title_from_filename(path)
     return LoadedDocument(title, sections)
 
