@@ -181,3 +181,9 @@ def test_the_old_flag_before_a_path_still_means_local(tmp_path, docs, monkeypatc
     assert "takes a model name now" in result.stderr
     entry = json.loads((kb_dir / "knowledge-base.json").read_text())["sources"][0]
     assert entry["embedding_model"] == "local" and entry["embedding_dimension"] == 4
+
+
+def test_the_help_names_the_extra_the_local_model_needs():
+    shown = runner.invoke(app, ["index", "--help"]).output
+    words = " ".join(shown.replace("\u2502", " ").split())  # without the panel's borders
+    assert "(bundled all-MiniLM-L6-v2, needs the 'local' extra)" in words

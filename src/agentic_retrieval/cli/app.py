@@ -181,9 +181,10 @@ def index(
         str | None,
         typer.Option(
             "--embeddings",
+            # no brackets: the help is rich markup, where "[local]" would vanish as a tag
             help="Index vectors for hybrid search with this model: 'local' (bundled "
-            "all-MiniLM-L6-v2, the local extra) or 'provider:model' (LangChain init_embeddings, "
-            "e.g. openai:text-embedding-3-small).",
+            "all-MiniLM-L6-v2, needs the 'local' extra) or 'provider:model' (LangChain "
+            "init_embeddings, e.g. openai:text-embedding-3-small).",
         ),
     ] = None,
     no_embeddings: Annotated[
