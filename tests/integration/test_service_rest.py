@@ -258,3 +258,36 @@ def test_model_keys_are_redacted_on_reads_and_kept_when_sent_back(http, tmp_path
     stored = ServiceDirectory(tmp_path / "data").get("knowledgeBase", "transit")
     assert stored.body["models"][0]["azureOpenAIParameters"]["apiKey"] == "s3"
     assert stored.body["description"] == "edited after a read"
+
+
+def test_deleting_what_does_not_exist_is_a_404_in_azures_shape(http):
+    with_guides(http)
+    file_source = {"name": "docs", "kind": "file"}
+    assert http.put("/knowledgesources('docs')", json=file_source).status_code == 201
+    for path, named in [
+        ("/knowledgebases('ghost')", "knowledge base named 'ghost'"),
+        ("/knowledgesources('ghost')", "knowledge source named 'ghost'"),
+        ("/indexes('ghost')", "index named 'ghost'"),
+        ("/knowledgesources('docs')/files('ghost')", "file with id 'ghost'"),
+    ]:
+        assert named in error_of(http.delete(path), 404)["message"], path
+
+
+def test_knowledge_bases_served_from_a_directory_are_read_only(tmp_path):
+    from tests.server_harness import transit_kb
+
+    settings = ServerSettings(api_keys=["admin-key"], read_env_keys=False)
+    for service in (None, ServiceDirectory(tmp_path / "data")):
+        app = create_app(transit_kb(), settings=settings, mcp=False, service=service)
+        with (
+            running_server(app) as url,
+            httpx.Client(base_url=url, headers=ADMIN, params=VERSION) as http,
+        ):
+            assert http.get("/knowledgebases('transit')").json()["name"] == "transit"
+            assert [b["name"] for b in http.get("/knowledgebases").json()["value"]] == ["transit"]
+            base = {"name": "transit", "knowledgeSources": [{"name": "guides-ks"}]}
+            for response in (
+                http.put("/knowledgebases('transit')", json=base),
+                http.delete("/knowledgebases('transit')"),
+            ):
+                assert "read-only" in error_of(response, 409)["message"]

@@ -6,7 +6,6 @@ on the event loop end to end (``graph.ainvoke``).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -23,9 +22,9 @@ from agentic_retrieval.server.auth import ApiKeys, Role, require_role
 from agentic_retrieval.server.errors import ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.management import Management, add_management_routes
+from agentic_retrieval.server.requests import check_api_version, read_json_object
 from agentic_retrieval.server.settings import ServerSettings
 from agentic_retrieval.server.streaming import EVENT_STREAM, retrieve_events, wants_event_stream
-from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
 from agentic_retrieval.wire.retrieve import prepare
 
 logger = logging.getLogger(__name__)
@@ -144,17 +143,6 @@ def authorize(request: Request, keys: ApiKeys, needed: Role) -> None:
     require_role(keys, request.headers, needed)
 
 
-def check_api_version(api_version: str | None) -> None:
-    """Raise 400 naming the supported versions unless ``api_version`` is one of them."""
-    if api_version not in SUPPORTED_API_VERSIONS:
-        given = "missing" if api_version is None else f"'{api_version}' is not supported"
-        raise ApiError(
-            400,
-            f"api-version: {given}; supported versions are {', '.join(SUPPORTED_API_VERSIONS)}.",
-            code="InvalidApiVersion",
-        )
-
-
 def lookup(registry: Mapping[str, KnowledgeBase], name: str) -> KnowledgeBase:
     """The knowledge base called ``name``, or a 404."""
     kb = registry.get(name)
@@ -163,21 +151,6 @@ def lookup(registry: Mapping[str, KnowledgeBase], name: str) -> KnowledgeBase:
             404, f"No knowledge base named '{name}' exists.", code="KnowledgeBaseNotFound"
         )
     return kb
-
-
-async def read_json_object(request: Request) -> dict[str, Any]:
-    """Parse the body as a JSON object, answering 400 for anything else."""
-    raw = await request.body()
-    if not raw.strip():
-        raise ApiError(400, "body: the request body is empty; send a JSON object.")
-    try:
-        payload = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise ApiError(400, f"body: malformed JSON ({reason}).", code="MalformedJson") from exc
-    if not isinstance(payload, dict):
-        raise ApiError(400, f"body: expected a JSON object, got {type(payload).__name__}.")
-    return payload
 
 
 def _registry(knowledge_bases: KnowledgeBases) -> dict[str, KnowledgeBase]:

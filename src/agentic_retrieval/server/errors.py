@@ -20,9 +20,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
+    InvalidDefinitionError,
     InvalidRequestError,
     ModelRequiredError,
+    PreconditionFailedError,
+    ResourceConflictError,
+    ResourceNotFoundError,
+    TooLargeError,
     UnknownKnowledgeSourceError,
+    UnreadableFileError,
+    UnsupportedFileError,
 )
 
 logger = logging.getLogger(__name__)
@@ -46,6 +53,13 @@ _CODES = {
 
 CLIENT_ERRORS: tuple[tuple[type[AgenticRetrievalError], int, str], ...] = (
     (UnknownKnowledgeSourceError, 404, "KnowledgeSourceNotFound"),
+    (InvalidDefinitionError, 400, "InvalidRequestParameter"),
+    (ResourceNotFoundError, 404, "ResourceNotFound"),
+    (ResourceConflictError, 409, "Conflict"),
+    (PreconditionFailedError, 412, "PreconditionFailed"),
+    (TooLargeError, 413, "RequestEntityTooLarge"),
+    (UnsupportedFileError, 415, "UnsupportedMediaType"),
+    (UnreadableFileError, 400, "UnreadableFile"),
     (InvalidRequestError, 400, "InvalidRequest"),
 )
 """The library errors a caller can fix: (kind, HTTP status, error code), most specific first.

@@ -7,7 +7,7 @@ knowledge bases from ``--kb`` directories are listed and readable and every chan
 
 from fastapi import FastAPI
 
-from agentic_retrieval.server.management.common import Management, install_service_error_handler
+from agentic_retrieval.server.management.common import Management
 from agentic_retrieval.server.management.documents import add_document_routes
 from agentic_retrieval.server.management.files import add_file_routes
 from agentic_retrieval.server.management.indexes import add_index_routes
@@ -16,8 +16,10 @@ from agentic_retrieval.server.management.knowledge_sources import add_knowledge_
 
 
 def add_management_routes(app: FastAPI, management: Management) -> None:
-    """Register every management route and the service's error handler on ``app``."""
-    install_service_error_handler(app)
+    """Register every management route on ``app``.
+
+    Their errors answer through :func:`agentic_retrieval.server.errors.install_error_handlers`.
+    """
     add_knowledge_base_routes(app, management)
     add_knowledge_source_routes(app, management)
     add_index_routes(app, management)

@@ -1,9 +1,8 @@
-"""What every management route shares: path forms, checks, conditions, paging, errors."""
+"""What every management route shares: path forms, checks, conditions, paging."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -13,35 +12,17 @@ from urllib.parse import urlencode
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agentic_retrieval.errors import (
-    InvalidDefinitionError,
-    PreconditionFailedError,
-    ResourceConflictError,
-    ResourceNotFoundError,
-    ServiceError,
-    TooLargeError,
-    UnreadableFileError,
-    UnsupportedFileError,
-)
+from agentic_retrieval.errors import ResourceNotFoundError
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.service import Conditions, ServiceDirectory, StoredDefinition
 from agentic_retrieval.server.auth import ApiKeys, Role, require_role
 from agentic_retrieval.server.errors import ApiError
-from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
+from agentic_retrieval.server.requests import check_api_version
 
 T = TypeVar("T")
 
 MAX_PAGE_SIZE = 3000
 _PARAM = re.compile(r"/\{(\w+)\}")
-_STATUS = {
-    InvalidDefinitionError: (400, "InvalidRequestParameter"),
-    ResourceNotFoundError: (404, "ResourceNotFound"),
-    ResourceConflictError: (409, "Conflict"),
-    PreconditionFailedError: (412, "PreconditionFailed"),
-    TooLargeError: (413, "RequestEntityTooLarge"),
-    UnsupportedFileError: (415, "UnsupportedMediaType"),
-    UnreadableFileError: (400, "UnreadableFile"),
-}
 
 
 @dataclass
@@ -95,35 +76,13 @@ def add_routes(
 def check_request(request: Request, keys: ApiKeys, needed: Role) -> Role:
     """Authorize (401/403) and check the ``api-version`` query parameter (400)."""
     role = require_role(keys, request.headers, needed)
-    version = request.query_params.get("api-version")
-    if version not in SUPPORTED_API_VERSIONS:
-        given = "missing" if version is None else f"'{version}' is not supported"
-        raise ApiError(
-            400,
-            f"api-version: {given}; supported versions are {', '.join(SUPPORTED_API_VERSIONS)}.",
-            code="InvalidApiVersion",
-        )
+    check_api_version(request.query_params.get("api-version"))
     return role
 
 
 def conditions(request: Request) -> Conditions:
     """The request's ``If-Match`` / ``If-None-Match``."""
     return Conditions(request.headers.get("if-match"), request.headers.get("if-none-match"))
-
-
-async def json_body(request: Request) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 saying what is wrong with it."""
-    raw = await request.body()
-    if not raw.strip():
-        raise ApiError(400, "body: the request body is empty; send a JSON object.")
-    try:
-        payload = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise ApiError(400, f"body: malformed JSON ({reason}).", code="MalformedJson") from exc
-    if not isinstance(payload, dict):
-        raise ApiError(400, f"body: expected a JSON object, got {type(payload).__name__}.")
-    return payload
 
 
 def definition_response(
@@ -182,22 +141,6 @@ def list_body(values: list[Any], next_link: str | None) -> dict[str, Any]:
 async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run blocking work (SQLite writes, file conversion) off the event loop."""
     return await asyncio.to_thread(function, *args, **kwargs)
-
-
-def install_service_error_handler(app: FastAPI) -> None:
-    """Answer the knowledge service's errors with their status and the Azure error body."""
-
-    @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return api_error(exc).response()
-
-
-def api_error(exc: ServiceError) -> ApiError:
-    """The HTTP error for a service error."""
-    for kind, (status, code) in _STATUS.items():
-        if isinstance(exc, kind):
-            return ApiError(status, str(exc), code=code)
-    return ApiError(400, str(exc))
 
 
 def not_found(what: str, name: str) -> ResourceNotFoundError:

@@ -21,9 +21,9 @@ from agentic_retrieval.server.management.common import (
     add_routes,
     check_request,
     in_thread,
-    json_body,
     not_found,
 )
+from agentic_retrieval.server.requests import read_json_object
 
 UNSUPPORTED_SEARCH = {
     "orderby": "$orderby",
@@ -49,7 +49,7 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
     async def index_batch(name: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "admin")
         documents = _documents(management, name)
-        body = await json_body(request)
+        body = await read_json_object(request)
         batch = documents.validate_batch(body.get("value"))
         results = await in_thread(_apply, management, name, documents, batch)
         status = 200 if all(r.succeeded for r in results) else 207
@@ -77,7 +77,7 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
 
     async def search_post(name: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "query")
-        return await _search(management, name, await json_body(request))
+        return await _search(management, name, await read_json_object(request))
 
     for suffix in ("docs/index", "docs/search.index"):
         add_routes(app, f"/indexes/{{name}}/{suffix}", index_batch, ["POST"])

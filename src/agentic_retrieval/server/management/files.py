@@ -19,7 +19,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import UploadFile
 
-from agentic_retrieval.errors import AgenticRetrievalError, InvalidRequestError
+from agentic_retrieval.errors import (
+    AgenticRetrievalError,
+    InvalidRequestError,
+    ResourceNotFoundError,
+)
 from agentic_retrieval.kb.files import FileOutcome, FileUpload, SourceFiles
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.management.common import (
@@ -72,13 +76,14 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         check_request(request, management.keys, "admin")
         found = await in_thread(_files(management, name).get, file_id)
         if found is None:
-            raise not_found("file with id", file_id)
+            raise _no_file(name, file_id)
         return JSONResponse(found)
 
     async def delete(name: str, file_id: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
-        deleted = await in_thread(_files(management, name).delete, file_id)
-        return Response(status_code=204 if deleted else 404)
+        if not await in_thread(_files(management, name).delete, file_id):
+            raise _no_file(name, file_id)
+        return Response(status_code=204)
 
     add_routes(app, "/knowledgesources/{name}/files", upload, ["POST"])
     add_routes(app, "/knowledgesources/{name}/files", list_files, ["GET"])
@@ -132,6 +137,12 @@ async def _multipart(request: Request) -> FileUpload:
     if not isinstance(name, str) or not name:
         raise ApiError(400, "metadata.fileName: the file needs a name.")
     return FileUpload(name, data, metadata.get("metadata") or {})
+
+
+def _no_file(source: str, file_id: str) -> ResourceNotFoundError:
+    return ResourceNotFoundError(
+        f"No file with id '{file_id}' exists in the knowledge source '{source}'."
+    )
 
 
 def _disposition_filename(header: str | None) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from agentic_retrieval.kb.definitions import IndexDefinition
 from agentic_retrieval.kb.management import delete_index, put_index
@@ -20,13 +20,13 @@ from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
-    conditions,
-    definition_response,
     in_thread,
-    json_body,
     list_body,
-    not_found,
     page,
+)
+from agentic_retrieval.server.management.definitions import (
+    DefinitionRoutes,
+    add_definition_routes,
 )
 
 _PROPERTIES = frozenset(f.alias or n for n, f in IndexDefinition.model_fields.items())
@@ -34,6 +34,7 @@ _PROPERTIES = frozenset(f.alias or n for n, f in IndexDefinition.model_fields.it
 
 def add_index_routes(app: FastAPI, management: Management) -> None:
     """Register the index routes."""
+    routes = DefinitionRoutes("index", "/indexes", "index", put_index, delete_index, _body)
 
     async def list_indexes(request: Request) -> Any:
         check_request(request, management.keys, "admin")
@@ -43,50 +44,15 @@ def add_index_routes(app: FastAPI, management: Management) -> None:
         values, next_link = page(request, items)
         return list_body(values, next_link)
 
-    async def create(request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        body = await json_body(request)
-        service, _ = management.require_service()
-        stored, _ = await in_thread(put_index, service, body, creating=True)
-        return definition_response(stored, _body(stored), 201)
-
-    async def get(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        stored = _stored(management, name)
-        return definition_response(stored, _body(stored), 200)
-
-    async def put(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        body = await json_body(request)
-        service, _ = management.require_service()
-        stored, created = await in_thread(put_index, service, body, name, conditions(request))
-        return definition_response(stored, _body(stored), 201 if created else 200, request=request)
-
-    async def delete(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        service, _ = management.require_service()
-        deleted = await in_thread(delete_index, service, name, conditions(request))
-        return Response(status_code=204 if deleted is not None else 404)
-
     async def statistics(name: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "admin")
-        stored = _stored(management, name)
+        stored = routes.stored(management, name)
         return JSONResponse(await in_thread(_statistics, management, stored))
 
     add_routes(app, "/indexes", list_indexes, ["GET"])
-    add_routes(app, "/indexes", create, ["POST"])
     add_routes(app, "/indexes/{name}/search.stats", statistics, ["GET"])
     add_routes(app, "/indexes/{name}/stats", statistics, ["GET"])
-    add_routes(app, "/indexes/{name}", get, ["GET"])
-    add_routes(app, "/indexes/{name}", put, ["PUT"])
-    add_routes(app, "/indexes/{name}", delete, ["DELETE"])
-
-
-def _stored(management: Management, name: str) -> StoredDefinition:
-    stored = management.service.get("index", name) if management.service else None
-    if stored is None:
-        raise not_found("index", name)
-    return stored
+    add_definition_routes(app, management, routes)
 
 
 def _body(stored: StoredDefinition) -> dict[str, Any]:

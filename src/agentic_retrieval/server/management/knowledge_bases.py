@@ -9,95 +9,77 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
 
 from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition
 from agentic_retrieval.kb.management import (
+    UNCONDITIONAL,
     delete_knowledge_base,
     put_knowledge_base,
-    refuse_reserved,
 )
-from agentic_retrieval.kb.service import StoredDefinition
+from agentic_retrieval.kb.service import (
+    Conditions,
+    ServiceDirectory,
+    StoredDefinition,
+)
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
-    conditions,
-    definition_response,
-    in_thread,
-    json_body,
     list_body,
-    not_found,
     page,
+)
+from agentic_retrieval.server.management.definitions import (
+    DefinitionRoutes,
+    add_definition_routes,
 )
 
 
 def add_knowledge_base_routes(app: FastAPI, management: Management) -> None:
     """Register the knowledge-base routes."""
+    reserved = management.registry.fixed
+
+    def put(
+        service: ServiceDirectory,
+        body: dict[str, Any],
+        name: str | None = None,
+        conditions: Conditions = UNCONDITIONAL,
+        *,
+        creating: bool = False,
+    ) -> tuple[StoredDefinition, bool]:
+        return put_knowledge_base(
+            service, body, name, conditions, creating=creating, reserved=reserved
+        )
+
+    def delete(
+        service: ServiceDirectory, name: str, conditions: Conditions
+    ) -> StoredDefinition | None:
+        return delete_knowledge_base(service, name, conditions, reserved=reserved)
+
+    def fixed() -> dict[str, dict[str, Any]]:
+        return {name: describe_fixed(kb) for name, kb in reserved.items()}
+
+    routes = DefinitionRoutes(
+        "knowledgeBase",
+        "/knowledgebases",
+        "knowledge base",
+        put,
+        delete,
+        _body,
+        written=lambda stored: _body(stored, redact=False),  # the caller sent the keys
+        fixed=fixed,
+    )
 
     async def list_bases(request: Request) -> Any:
         check_request(request, management.keys, "admin")
-        items: list[tuple[str, dict[str, Any]]] = [
-            (name, describe_fixed(kb)) for name, kb in management.registry.fixed.items()
-        ]
+        items = list(fixed().items())
         if management.service is not None:
             items += [(d.name, _body(d)) for d in management.service.definitions("knowledgeBase")]
         values, next_link = page(request, items)
         return list_body(values, next_link)
 
-    async def create(request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        body = await json_body(request)
-        service, _ = management.require_service()
-        stored, _ = await in_thread(
-            put_knowledge_base, service, body, creating=True, reserved=management.registry.fixed
-        )
-        return definition_response(stored, _body(stored, redact=False), 201)
-
-    async def get(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        fixed = management.registry.fixed.get(name)
-        if fixed is not None:
-            return JSONResponse(describe_fixed(fixed))
-        stored = management.service.get("knowledgeBase", name) if management.service else None
-        if stored is None:
-            raise not_found("knowledge base", name)
-        return definition_response(stored, _body(stored), 200)
-
-    async def put(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        body = await json_body(request)
-        service, _ = management.require_service()
-        stored, created = await in_thread(
-            put_knowledge_base,
-            service,
-            body,
-            name,
-            conditions(request),
-            reserved=management.registry.fixed,
-        )
-        status = 201 if created else 200
-        return definition_response(stored, _body(stored, redact=False), status, request=request)
-
-    async def delete(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        refuse_reserved(name, management.registry.fixed)
-        service, _ = management.require_service()
-        deleted = await in_thread(
-            delete_knowledge_base,
-            service,
-            name,
-            conditions(request),
-            reserved=management.registry.fixed,
-        )
-        return Response(status_code=204 if deleted is not None else 404)
-
     add_routes(app, "/knowledgebases", list_bases, ["GET"])
-    add_routes(app, "/knowledgebases", create, ["POST"])
-    add_routes(app, "/knowledgebases/{name}", get, ["GET"])
-    add_routes(app, "/knowledgebases/{name}", put, ["PUT"])
-    add_routes(app, "/knowledgebases/{name}", delete, ["DELETE"])
+    add_definition_routes(app, management, routes)
 
 
 def describe_fixed(kb: KnowledgeBase) -> dict[str, Any]:

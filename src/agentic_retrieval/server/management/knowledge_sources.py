@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
 from agentic_retrieval.kb.management import delete_knowledge_source, put_knowledge_source
@@ -19,18 +19,26 @@ from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
-    conditions,
-    definition_response,
     in_thread,
-    json_body,
     list_body,
-    not_found,
     page,
+)
+from agentic_retrieval.server.management.definitions import (
+    DefinitionRoutes,
+    add_definition_routes,
 )
 
 
 def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
     """Register the knowledge-source routes."""
+    routes = DefinitionRoutes(
+        "knowledgeSource",
+        "/knowledgesources",
+        "knowledge source",
+        put_knowledge_source,
+        delete_knowledge_source,
+        _body,
+    )
 
     async def list_sources(request: Request) -> Any:
         check_request(request, management.keys, "admin")
@@ -38,51 +46,14 @@ def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
         values, next_link = page(request, [(d.name, _body(d)) for d in defined])
         return list_body(values, next_link)
 
-    async def create(request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        body = await json_body(request)
-        service, _ = management.require_service()
-        stored, _ = await in_thread(put_knowledge_source, service, body, creating=True)
-        return definition_response(stored, _body(stored), 201)
-
-    async def get(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        stored = _stored(management, name)
-        return definition_response(stored, _body(stored), 200)
-
-    async def put(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        body = await json_body(request)
-        service, _ = management.require_service()
-        stored, created = await in_thread(
-            put_knowledge_source, service, body, name, conditions(request)
-        )
-        return definition_response(stored, _body(stored), 201 if created else 200, request=request)
-
-    async def delete(name: str, request: Request) -> Response:
-        check_request(request, management.keys, "admin")
-        service, _ = management.require_service()
-        deleted = await in_thread(delete_knowledge_source, service, name, conditions(request))
-        return Response(status_code=204 if deleted is not None else 404)
-
     async def status(name: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "admin")
-        stored = _stored(management, name)
+        stored = routes.stored(management, name)
         return JSONResponse(await in_thread(_status, management, stored))
 
     add_routes(app, "/knowledgesources", list_sources, ["GET"])
-    add_routes(app, "/knowledgesources", create, ["POST"])
     add_routes(app, "/knowledgesources/{name}/status", status, ["GET"])
-    add_routes(app, "/knowledgesources/{name}", get, ["GET"])
-    add_routes(app, "/knowledgesources/{name}", put, ["PUT"])
-    add_routes(app, "/knowledgesources/{name}", delete, ["DELETE"])
-
-
-def _stored(management: Management, name: str) -> StoredDefinition:
-    stored = management.service.get("knowledgeSource", name) if management.service else None
-    if stored is None:
-        raise not_found("knowledge source", name)
-    return stored
+    add_definition_routes(app, management, routes)
 
 
 def _body(stored: StoredDefinition) -> dict[str, Any]:
