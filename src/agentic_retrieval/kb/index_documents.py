@@ -204,9 +204,7 @@ class IndexDocuments:
         """The document with ``key`` (its retrievable or selected fields), if any."""
         names = self._selected(select)
         document = self.documents.get(key)
-        if document is None:
-            return None
-        return {name: document.get(name) for name in names}
+        return _project(document, names) if document is not None else None
 
     def count(self) -> int:
         """How many documents the index holds."""
@@ -240,7 +238,7 @@ class IndexDocuments:
         body["value"] = [
             {
                 "@search.score": 1.0 if browse else hit.score,
-                **{name: (self.documents.get(hit.key) or {}).get(name) for name in names},
+                **_project(self.documents.get(hit.key) or {}, names),  # one read per document
             }
             for hit in hits[:page]
         ]
@@ -304,6 +302,10 @@ def filter_fields(expr: Expr) -> set[str]:
     if isinstance(expr, Not):
         return filter_fields(expr.operand)
     return set()
+
+
+def _project(document: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    return {name: document.get(name) for name in names}
 
 
 def _as_text(value: Any) -> str:
