@@ -8,7 +8,7 @@ object is evaluated as it is built; only effort, depth and output mode can vary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from langchain_core.embeddings import Embeddings
@@ -199,14 +199,3 @@ def resolve_judgements(questions: Sequence[Question], keys: set[str] | None) -> 
 
 def _with_relevant(question: Question, relevant: dict[str, int]) -> Question:
     return Question(question.id, question.messages, relevant, question.evidence, question.answer)
-
-
-def all_document_keys(targets: Iterable[EvalTarget]) -> set[str] | None:
-    """The union of the targets' document keys (``None`` if any cannot list them)."""
-    keys: set[str] = set()
-    for target in targets:
-        listed = target.document_keys()
-        if listed is None:
-            return None
-        keys |= listed
-    return keys
