@@ -4,6 +4,7 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
     InvalidRequestError,
+    KnowledgeSourceFailedError,
     UnknownKnowledgeSourceError,
 )
 from agentic_retrieval.graph.builder import build_graph
@@ -23,6 +24,7 @@ __all__ = [
     "KnowledgeBase",
     "KnowledgeBaseRetriever",
     "KnowledgeSource",
+    "KnowledgeSourceFailedError",
     "Reranker",
     "RetrieveRequest",
     "RetrieveResponse",

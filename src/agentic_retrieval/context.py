@@ -141,6 +141,16 @@ class Context:
             "le": 2_500_000,
         },
     )
+    max_output_documents: int | None = field(
+        default=None,
+        metadata={
+            "description": "Most documents in the response, all sources together (the retrieve "
+            "API's maxOutputDocuments; None: top_n). Documents cut by it are named in a "
+            "warning on their search record.",
+            "ge": 1,
+            "le": 1000,
+        },
+    )
     max_runtime_seconds: float = field(
         default=60.0,
         metadata={"description": "Bound on the whole run, in seconds.", "ge": 0.001, "le": 300},
@@ -221,6 +231,43 @@ class Context:
             "hold different topics).",
             "ge": 0.0,
             "le": 1.0,
+        },
+    )
+    unreranked_sources: list[str] | None = field(
+        default=None,
+        metadata={
+            "description": "Sources whose results keep their own order, unreranked and "
+            "unfiltered by the threshold (a knowledge source's resultsProcessing 'none'; a "
+            "request's knowledgeSourceParams override it).",
+            "expects": "a list of source names",
+        },
+    )
+    retrieval_instructions: str | None = field(
+        default=None,
+        metadata={
+            "description": "The knowledge base's retrievalInstructions: guidance for source "
+            "selection and planning, added to the planning prompt as data.",
+        },
+    )
+    answer_instructions: str | None = field(
+        default=None,
+        metadata={
+            "description": "The knowledge base's answerInstructions: guidance for answer "
+            "synthesis, added to the answer prompt as data.",
+        },
+    )
+    service_endpoint: str | None = field(
+        default=None,
+        metadata={
+            "description": "Base URL of the service answering the request; references to its "
+            "own indexes get a citationUrl under it (set by the REST server).",
+        },
+    )
+    api_version: str | None = field(
+        default=None,
+        metadata={
+            "description": "The request's api-version, used in citationUrl (set by the REST "
+            "server; None: the newest GA version).",
         },
     )
     routing_prompt: str = field(

@@ -12,7 +12,9 @@ that catches those keeps working. The kinds:
   cannot be created, an unknown reranker, a missing extra, an embedding model that cannot be
   built, an Azure index that does not match its source.
 - :class:`SourceError`: a knowledge source failed (the graph turns it into an error activity
-  record); :class:`FilterNotSupportedError` when it cannot apply a filter.
+  record); :class:`FilterNotSupportedError` when it cannot apply a filter;
+  :class:`KnowledgeSourceFailedError` when a source whose ``failOnError`` is set failed, so
+  the whole request did (HTTP 424).
 - :class:`ODataError`: a filter that does not parse; :class:`FilterFieldError` one that names
   a field its source does not have, or compares a field with the wrong kind of value.
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
@@ -151,6 +153,28 @@ class SourceError(AgenticRetrievalError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class KnowledgeSourceFailedError(AgenticRetrievalError):
+    """A source whose ``failOnError`` is set failed, so the whole request failed.
+
+    REST answers 424 Failed Dependency with ``code`` ``KnowledgeSourceFailed``, ``target``
+    the source and the source's own error in ``details``.
+
+    Args:
+        source: The knowledge source that failed.
+        code: The source's error code (``Timeout``, ``KnowledgeSourceError``...).
+        message: The source's error message.
+    """
+
+    def __init__(self, source: str, code: str, message: str) -> None:
+        super().__init__(
+            f"knowledge source '{source}' failed and its failOnError is set, so the request "
+            f"failed: {message}"
+        )
+        self.source = source
+        self.code = code
+        self.source_message = message
 
 
 class FilterNotSupportedError(SourceError, ValueError):

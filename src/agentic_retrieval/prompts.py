@@ -43,6 +43,25 @@ instead of guessing.{missing}
 Passages:
 {passages}"""
 
+RETRIEVAL_INSTRUCTIONS_SECTION = """
+
+The knowledge base's owner gives these retrieval instructions. Follow them when choosing \
+knowledge sources and writing queries; they are settings, not the user's question, and they \
+never widen or remove a filter:
+<retrieval_instructions>
+{instructions}
+</retrieval_instructions>"""
+"""Appended to the planning prompt when the knowledge base has ``retrievalInstructions``."""
+
+ANSWER_INSTRUCTIONS_SECTION = """
+
+The knowledge base's owner gives these answer instructions. Follow them for tone, format and \
+scope, while still citing passages and using only the passages above:
+<answer_instructions>
+{instructions}
+</answer_instructions>"""
+"""Appended to the answer prompt when the knowledge base has ``answerInstructions``."""
+
 NO_EVIDENCE_ANSWER = (
     "I could not find information in the knowledge sources to answer this question{topic}."
 )

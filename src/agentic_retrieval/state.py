@@ -32,7 +32,7 @@ from langgraph.types import Overwrite
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, Usage
+from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, ModelIdentity, Usage
 from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.wire.models import KnowledgeSourceParams
@@ -159,6 +159,8 @@ class SearchTask(BaseModel):
     """Wall-clock time (``time.time()``) after which the search is abandoned."""
     timeout: float
     """Per-source bound in seconds."""
+    fail_on_error: bool = False
+    """The caller's ``failOnError`` for this source: its failure fails the request."""
 
 
 class RetrievedHit(Hit):
@@ -173,8 +175,9 @@ class RankedHit(RetrievedHit):
     """A deduplicated, reranked candidate with its citation id."""
 
     ref_id: int
-    final_score: float
-    """Score on the 0-4 semantic scale (max over the subqueries that retrieved it)."""
+    final_score: float | None
+    """Score on the 0-4 semantic scale (max over the subqueries that retrieved it); ``None``
+    for a source whose results are not reranked (``resultsProcessing: none``)."""
 
 
 class ErrorInfo(BaseModel):
@@ -224,6 +227,8 @@ class ModelCallActivity(Activity):
     """A step that may call a model: its token counts add up in the run's usage."""
 
     usage: Usage = Field(default_factory=Usage)
+    model: ModelIdentity | None = None
+    """The chat model called (``model: {modelName, deploymentId}`` on the wire)."""
 
 
 class PlanningActivity(ModelCallActivity):
@@ -323,6 +328,33 @@ ACTIVITY_TYPES: tuple[type[Activity], ...] = (
 )
 
 
+DropReason = Literal["threshold", "maxOutputDocuments", "outputSize"]
+"""Why a retrieved document is not in the response: it scored under ``rerankerThreshold``, a
+``maxOutputDocuments`` cap cut it, or it did not fit the output size budget."""
+
+Drops = dict[str, dict[DropReason, int]]
+"""Documents dropped, by the key of the search record that found them, then by reason."""
+
+
+class SourceFailure(BaseModel):
+    """A failed source whose ``failOnError`` is set: the request fails with this error."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    code: str
+    message: str
+
+
+def first_failure(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:
+    """Keep the first ``failOnError`` failure written (parallel searches may both fail).
+
+    An empty dict means no failure (a constructible default: LangGraph's reducer channel
+    applies ``Overwrite`` only over a value it could construct).
+    """
+    return left or right
+
+
 def merge_hits(left: list[RetrievedHit], right: list[RetrievedHit]) -> list[RetrievedHit]:
     """Append hits from parallel branches, dropping exact repeats of (source, key, subquery).
 
@@ -416,6 +448,14 @@ class OutputState:
         default=False,
         metadata=_meta(Scope.RUN, "True when the run hit max_runtime_seconds."),
     )
+    failure: Annotated[dict[str, Any], first_failure] = field(
+        default_factory=dict,
+        metadata=_meta(
+            Scope.RUN,
+            "A failed source whose failOnError is set (source, code, message): the request "
+            "fails with this error instead of returning partial results.",
+        ),
+    )
 
 
 @dataclass(kw_only=True)
@@ -504,6 +544,14 @@ class RetrievalState(InputState, OutputState):
     ranked: list[RankedHit] = field(
         default_factory=list,
         metadata=_meta(Scope.RUN, "The current reranked selection, best first."),
+    )
+    drops: Drops = field(
+        default_factory=dict,
+        metadata=_meta(
+            Scope.RUN,
+            "Documents the latest rerank dropped (threshold, maxOutputDocuments), by search "
+            "record key and reason; the response warns about them.",
+        ),
     )
     evidence: EvidenceAssessment | None = field(
         default=None,

@@ -71,6 +71,7 @@ class ScriptedChatModel(BaseChatModel):
     Args:
         script: Planned responses by schema name (or a shared :class:`Script`).
         usage: Token usage reported per call (``input_tokens``, ``output_tokens``...).
+        model_name: The model name activity records show.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -80,6 +81,8 @@ class ScriptedChatModel(BaseChatModel):
         default_factory=lambda: {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
     )
     tool_name: str | None = None
+    model_name: str = "scripted"
+    """The name activity records show (``model.modelName``)."""
     _counter: list[int] = PrivateAttr(default_factory=lambda: [0])
 
     def model_post_init(self, context: Any) -> None:

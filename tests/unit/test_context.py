@@ -18,6 +18,7 @@ BOUNDS = {
     "reranker_threshold": (0.0, 4.0),
     "max_output_size": (1, 10_000_000),
     "max_output_tokens": (1, 2_500_000),
+    "max_output_documents": (1, 1000),
     "max_runtime_seconds": (0.001, 300),
     "source_timeout_seconds": (0.001, 300),
     "auto_max_asks": (1, 10),

@@ -70,6 +70,43 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)  # one message, one 
 F = TypeVar("F", bound=Callable[..., Any])
 
 KbOption = Annotated[Path, typer.Option("--kb", help="The knowledge-base directory.")]
+RetrievalInstructionsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retrieval-instructions",
+        help="Knowledge-base guidance for source selection and planning ('' clears it).",
+    ),
+]
+AnswerInstructionsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--answer-instructions", help="Knowledge-base guidance for answers ('' clears it)."
+    ),
+]
+MaxRuntimeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-runtime", help="Default maxRuntimeInSeconds of its requests.", min=1, max=300
+    ),
+]
+MaxOutputDocumentsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-output-documents",
+        help="Default maxOutputDocuments of its requests.",
+        min=1,
+        max=1000,
+    ),
+]
+MaxOutputTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-output-tokens",
+        help="Default maxOutputSizeInTokens of its requests.",
+        min=1,
+        max=2_500_000,
+    ),
+]
 
 
 class UserError(Exception):
@@ -207,6 +244,11 @@ def index(
             "(without it: only when nothing could be indexed).",
         ),
     ] = False,
+    retrieval_instructions: RetrievalInstructionsOption = None,
+    answer_instructions: AnswerInstructionsOption = None,
+    max_runtime: MaxRuntimeOption = None,
+    max_output_documents: MaxOutputDocumentsOption = None,
+    max_output_tokens: MaxOutputTokensOption = None,
 ) -> None:
     """Create or update source NAME of the knowledge base in DIR from files, folders or records.
 
@@ -241,6 +283,14 @@ def index(
     created_dir = not directory.path.exists()
     if not exists:
         directory.load_or_create(name=name or _kb_name_from(kb))
+    update_kb_settings(
+        directory,
+        retrieval_instructions,
+        answer_instructions,
+        max_runtime,
+        max_output_documents,
+        max_output_tokens,
+    )
     directory.add_or_update_source(source, description=description, embeddings=model)
     # the report below lists every failed file once: silence the per-file log lines
     reports: list[IndexReport] = []
@@ -274,6 +324,31 @@ def index(
         strict=strict,
         undo={"kb_created": not exists, "dir_created": created_dir} if new_source else None,
     )
+
+
+def update_kb_settings(
+    directory: KnowledgeBaseDirectory,
+    retrieval_instructions: str | None,
+    answer_instructions: str | None,
+    max_runtime: int | None,
+    max_output_documents: int | None,
+    max_output_tokens: int | None,
+) -> bool:
+    """Apply the knowledge-base settings options that were given; whether any was."""
+    limits = {
+        "max_runtime_in_seconds": max_runtime,
+        "max_output_documents": max_output_documents,
+        "max_output_size_in_tokens": max_output_tokens,
+    }
+    given = {k: v for k, v in limits.items() if v is not None}
+    if retrieval_instructions is None and answer_instructions is None and not given:
+        return False
+    directory.update_settings(
+        retrieval_instructions=retrieval_instructions,
+        answer_instructions=answer_instructions,
+        retrieve_defaults=given or None,
+    )
+    return True
 
 
 def _check_paths(paths: list[Path], directory: KnowledgeBaseDirectory | None, source: str) -> None:
@@ -470,6 +545,15 @@ def retrieve(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print exactly the wire response, nothing else.")
     ] = False,
+    max_output_documents: Annotated[
+        int | None,
+        typer.Option(
+            "--max-output-documents",
+            help="Most documents in the response (default: the knowledge base's, else 10).",
+            min=1,
+            max=1000,
+        ),
+    ] = None,
 ) -> None:
     """Run agentic retrieval for QUESTION over the knowledge base in DIR."""
     from agentic_retrieval.kb.loader import open_knowledge_base
@@ -494,7 +578,13 @@ def retrieve(
     if expr is not None:
         check_filter_fields(knowledge_base, expr)
     request = build_request(
-        knowledge_base, question, effort, output_mode, filter_text, source_data=not as_json
+        knowledge_base,
+        question,
+        effort,
+        output_mode,
+        filter_text,
+        source_data=not as_json,
+        max_output_documents=max_output_documents,
     )
     if as_json:
         response = run_retrieve(knowledge_base, request, on_event=None)
@@ -550,6 +640,7 @@ def build_request(
     filter_text: str | None,
     *,
     source_data: bool = False,
+    max_output_documents: int | None = None,
 ) -> dict[str, Any]:
     """The wire request for one command-line question."""
     return conversation_request(
@@ -559,6 +650,7 @@ def build_request(
         output_mode=output_mode,
         filter_add_on=filter_text,
         source_data=source_data,
+        max_output_documents=max_output_documents,
     )
 
 

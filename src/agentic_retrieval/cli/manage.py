@@ -15,14 +15,25 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from agentic_retrieval.cli.app import UserError, app, out, user_errors
+from agentic_retrieval.cli.app import (
+    AnswerInstructionsOption,
+    MaxOutputDocumentsOption,
+    MaxOutputTokensOption,
+    MaxRuntimeOption,
+    RetrievalInstructionsOption,
+    UserError,
+    app,
+    out,
+    update_kb_settings,
+    user_errors,
+)
 from agentic_retrieval.errors import ResourceNotFoundError
 from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.kb.management import delete_knowledge_base, delete_knowledge_source
 from agentic_retrieval.kb.service import DATABASE_NAME, ServiceDirectory, StoredDefinition
 
-kb_app = typer.Typer(help="List, show and delete knowledge bases.", no_args_is_help=True)
+kb_app = typer.Typer(help="List, show, update and delete knowledge bases.", no_args_is_help=True)
 source_app = typer.Typer(help="List, show and delete knowledge sources.", no_args_is_help=True)
 app.add_typer(kb_app, name="kb")
 app.add_typer(source_app, name="source")
@@ -73,6 +84,38 @@ def show_base(name: str, data: DataOption = None, kb: KbDirOption = None) -> Non
     if stored is None:
         raise ResourceNotFoundError(f"no knowledge base named {name!r} in {data}")
     _print_json(_body(stored))
+
+
+@kb_app.command("update")
+@user_errors
+def update_base(
+    kb: Annotated[Path, typer.Option("--kb", help="A knowledge-base directory (index --kb).")],
+    retrieval_instructions: RetrievalInstructionsOption = None,
+    answer_instructions: AnswerInstructionsOption = None,
+    max_runtime: MaxRuntimeOption = None,
+    max_output_documents: MaxOutputDocumentsOption = None,
+    max_output_tokens: MaxOutputTokensOption = None,
+) -> None:
+    """Change the retrieve settings of the knowledge base in a directory; print its definition.
+
+    Over REST (serve --data) the same settings are fields of the knowledge base's definition:
+    retrievalInstructions, answerInstructions and retrieveDefaults.
+    """
+    directory = _kb_directory(kb)
+    changed = update_kb_settings(
+        directory,
+        retrieval_instructions,
+        answer_instructions,
+        max_runtime,
+        max_output_documents,
+        max_output_tokens,
+    )
+    if not changed:
+        raise UserError(
+            "nothing to change: give --retrieval-instructions, --answer-instructions, "
+            "--max-runtime, --max-output-documents or --max-output-tokens"
+        )
+    _print_json(_directory_base(directory))
 
 
 @kb_app.command("delete")
@@ -183,6 +226,7 @@ def _directory_base(directory: KnowledgeBaseDirectory) -> dict[str, Any]:
         "name": directory.name,
         "description": directory.description or None,
         "knowledgeSources": [{"name": entry.name} for entry in directory.sources],
+        **directory.settings.model_dump(by_alias=True, exclude_none=True),
     }
 
 

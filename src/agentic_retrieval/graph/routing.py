@@ -51,11 +51,14 @@ def dispatch_searches(
 
 def after_rerank(
     state: RetrievalState, runtime: Runtime[Context]
-) -> Literal["assess_evidence", "judge_results", "synthesize"]:
+) -> Literal["assess_evidence", "judge_results", "synthesize", "respond"]:
     """Medium effort assesses model-planned evidence; ``auto`` judges the results' strength.
 
-    Everything else goes to the output.
+    Everything else goes to the output. A failed ``failOnError`` source ends the run at
+    once: the request fails with its error, so no evidence is judged and no answer is paid for.
     """
+    if state.failure:
+        return "respond"
     if state.effort == "medium" and state.planned_by == "model":
         return "assess_evidence"
     return "judge_results" if state.auto else "synthesize"

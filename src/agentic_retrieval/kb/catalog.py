@@ -104,14 +104,25 @@ class ServiceCatalog:
             return None
         definition = KnowledgeBaseDefinition.model_validate(stored.body)
         sources = [self._build_source(ref) for ref in definition.source_names]
+        defaults = defaults_for(definition)
+        unreranked = [n for n in definition.source_names if self._results_processing(n) == "none"]
+        if unreranked:
+            defaults = dataclasses.replace(defaults, unreranked_sources=unreranked)
         return KnowledgeBase(
             [s for s in sources if s is not None],
             name=definition.name,
             description=definition.description or "",
             chat_model=self.chat_model,
             reranker=self.reranker,
-            defaults=defaults_for(definition),
+            defaults=defaults,
         )
+
+    def _results_processing(self, name: str) -> str | None:
+        """A knowledge source's stored ``resultsProcessing`` (``None``: not set)."""
+        stored = self.service.get("knowledgeSource", name)
+        if stored is None:
+            return None
+        return KnowledgeSourceDefinition.model_validate(stored.body).results_processing
 
     def _build_source(self, name: str) -> KnowledgeSource | None:
         stored = self.service.get("knowledgeSource", name)
@@ -150,23 +161,24 @@ class ServiceCatalog:
                 f.name for f in index.fields if f.is_retrievable and not f.is_vector
             ],
             filterable_fields=[f.name for f in index.fields if f.is_filterable],
+            index_name=index.name,
         )
 
 
-def defaults_for(definition: KnowledgeBaseDefinition) -> Context:
-    """The run settings a knowledge base's definition implies where a request is silent."""
+def defaults_for(definition: KnowledgeBaseDefinition, base: Context | None = None) -> Context:
+    """The run settings a knowledge base's definition implies where a request is silent.
+
+    Precedence is request > knowledge base > service: ``base`` holds the service's defaults
+    (default: :class:`Context`'s), the definition overrides them, and a request's own values
+    override both (:func:`~agentic_retrieval.wire.retrieve.run_context`).
+    """
     overrides: dict[str, Any] = {}
     effort = definition.retrieval_reasoning_effort
     if effort is not None:
         overrides["reasoning_effort"] = effort.kind
     if definition.output_mode is not None:
         overrides["output_mode"] = definition.output_mode
-    limits = definition.retrieve_defaults
-    if limits is not None and limits.max_runtime_in_seconds is not None:
-        overrides["max_runtime_seconds"] = float(limits.max_runtime_in_seconds)
-    if limits is not None and limits.max_output_size_in_tokens is not None:
-        overrides["max_output_tokens"] = limits.max_output_size_in_tokens
-    return dataclasses.replace(Context(), **overrides)
+    return definition.settings.context(dataclasses.replace(base or Context(), **overrides))
 
 
 class KnowledgeBaseRegistry(Mapping[str, KnowledgeBase]):

@@ -14,12 +14,14 @@ encryption keys, model connections...) are kept as plain JSON and returned uncha
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindError
 
 ETAG_FIELD = "@odata.etag"
@@ -282,12 +284,42 @@ class RetrieveDefaults(BaseModel):
     max_output_size_in_tokens: int | None = Field(default=None, ge=1, le=2_500_000)
 
 
+class KnowledgeBaseSettings(BaseModel):
+    """What a knowledge base sets for its retrieve requests (2026-08-01-preview fields).
+
+    The same settings in the service's definitions (REST), a knowledge-base directory's
+    manifest (CLI) and Python (:meth:`context`); a request's own values win over them.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    retrieval_instructions: str | None = Field(default=None, max_length=32_000)
+    answer_instructions: str | None = Field(default=None, max_length=32_000)
+    retrieve_defaults: RetrieveDefaults | None = None
+
+    def context(self, base: Context | None = None) -> Context:
+        """``base`` (default: the service defaults) with these settings applied."""
+        overrides: dict[str, Any] = {}
+        if self.retrieval_instructions:
+            overrides["retrieval_instructions"] = self.retrieval_instructions
+        if self.answer_instructions:
+            overrides["answer_instructions"] = self.answer_instructions
+        limits = self.retrieve_defaults or RetrieveDefaults()
+        if limits.max_runtime_in_seconds is not None:
+            overrides["max_runtime_seconds"] = float(limits.max_runtime_in_seconds)
+        if limits.max_output_size_in_tokens is not None:
+            overrides["max_output_tokens"] = limits.max_output_size_in_tokens
+        if limits.max_output_documents is not None:
+            overrides["max_output_documents"] = limits.max_output_documents
+        return dataclasses.replace(base or Context(), **overrides)
+
+
 class KnowledgeBaseDefinition(Definition):
     """A knowledge base: its sources and its retrieval settings.
 
     ``retrievalReasoningEffort``, ``outputMode`` and ``retrieveDefaults`` apply where a
-    retrieve request is silent; ``retrievalInstructions`` and ``answerInstructions`` are
-    stored for the planner and answer steps.
+    retrieve request is silent; ``retrievalInstructions`` go into the planning prompt and
+    ``answerInstructions`` into the answer prompt (as data, after the prompt's own rules).
     """
 
     description: str | None = None
@@ -308,6 +340,15 @@ class KnowledgeBaseDefinition(Definition):
         if value is not None and len(value) > MAX_TAGS:
             raise ValueError(f"at most {MAX_TAGS} tags")
         return value
+
+    @property
+    def settings(self) -> KnowledgeBaseSettings:
+        """Its instructions and ``retrieveDefaults``."""
+        return KnowledgeBaseSettings(
+            retrieval_instructions=self.retrieval_instructions,
+            answer_instructions=self.answer_instructions,
+            retrieve_defaults=self.retrieve_defaults,
+        )
 
     @property
     def source_names(self) -> list[str]:

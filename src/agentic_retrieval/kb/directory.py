@@ -5,9 +5,14 @@ Layout::
     my-kb/
       knowledge-base.json   # {"name", "description", "sources": [{"name", "kind", "description",
                             #   "database", "embeddings", "embedding_model",
-                            #   "embedding_dimension"}]}
+                            #   "embedding_dimension"}], "settings": {"retrievalInstructions",
+                            #   "answerInstructions", "retrieveDefaults"}}
       handbook.sqlite       # one LocalKnowledgeSource per entry
       policies.sqlite
+
+``settings`` (optional) holds the knowledge base's retrieve settings in their REST shape
+(:class:`~agentic_retrieval.kb.definitions.KnowledgeBaseSettings`): a request's own values
+win over them, and they win over the service defaults.
 
 ``database`` is relative to the directory, so the directory can be moved or copied as a whole.
 ``embeddings: true`` means the source was indexed with vectors of ``embedding_model``
@@ -36,6 +41,7 @@ from typing import Any, Literal
 
 from filelock import FileLock, Timeout
 from langchain_core.embeddings import Embeddings
+from pydantic import BaseModel, ValidationError
 
 from agentic_retrieval.embeddings import (
     LOCAL,
@@ -47,6 +53,7 @@ from agentic_retrieval.embeddings import (
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import EmbeddingsConfigError
 from agentic_retrieval.errors import KnowledgeBaseDirectoryError as KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.definitions import KnowledgeBaseSettings, describe_validation_error
 from agentic_retrieval.sources.local import (
     IndexReport,
     LocalKnowledgeSource,
@@ -95,6 +102,8 @@ class KnowledgeBaseDirectory:
         self.path = Path(path)
         self.name = ""
         self.description = ""
+        self.settings = KnowledgeBaseSettings()
+        """Instructions and ``retrieveDefaults`` (change them with :meth:`update_settings`)."""
         self._entries: dict[str, SourceEntry] = {}
         self._loaded = False
         self._open: dict[str, LocalKnowledgeSource] = {}
@@ -172,6 +181,7 @@ class KnowledgeBaseDirectory:
             entries = [SourceEntry(**_entry_fields(raw)) for raw in data.get("sources", [])]
             self.name = str(data["name"])
             self.description = str(data.get("description", ""))
+            self.settings = KnowledgeBaseSettings.model_validate(data.get("settings") or {})
         except OSError as exc:
             raise KnowledgeBaseDirectoryError(
                 f"cannot read {self.manifest_path}: {exc.strerror or exc}"
@@ -182,6 +192,35 @@ class KnowledgeBaseDirectory:
         self._entries = {entry.name: entry for entry in entries}
         self._loaded = True
         return self
+
+    def update_settings(self, **changes: Any) -> KnowledgeBaseSettings:
+        """Change the knowledge base's retrieve settings and save the manifest.
+
+        Args:
+            **changes: :class:`KnowledgeBaseSettings` fields (``retrieval_instructions``,
+                ``answer_instructions``, ``retrieve_defaults``); ``None`` values are left as
+                they are, an empty string clears an instruction. ``retrieve_defaults`` is
+                merged field by field.
+
+        Raises:
+            KnowledgeBaseDirectoryError: A value out of its bounds (the message names it).
+        """
+        self._require_loaded()
+        current = self.settings.model_dump()
+        for key, value in changes.items():
+            if value is None:
+                continue
+            if key == "retrieve_defaults":
+                given = value.model_dump() if isinstance(value, BaseModel) else dict(value)
+                merged = {**(current.get(key) or {}), **given}
+                value = {k: v for k, v in merged.items() if v is not None} or None
+            current[key] = value if value != "" else None
+        try:
+            self.settings = KnowledgeBaseSettings.model_validate(current)
+        except ValidationError as exc:
+            raise KnowledgeBaseDirectoryError(describe_validation_error(exc)) from exc
+        self._save()
+        return self.settings
 
     @property
     def source_names(self) -> list[str]:
@@ -444,11 +483,14 @@ class KnowledgeBaseDirectory:
         return self
 
     def _save(self) -> None:
-        data = {
+        data: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "sources": [_entry_json(entry) for entry in self._entries.values()],
         }
+        settings = self.settings.model_dump(by_alias=True, exclude_none=True)
+        if settings:
+            data["settings"] = settings
         temporary = self.manifest_path.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         os.replace(temporary, self.manifest_path)  # readers never see a half-written manifest

@@ -76,6 +76,7 @@ def open_knowledge_base(
         description=directory.description,
         chat_model=chat_model,
         reranker=chosen,
+        defaults=directory.settings.context(),
     )
     if live is not None:
         kb.bindings.sources = live  # the graph reads its sources here on every run

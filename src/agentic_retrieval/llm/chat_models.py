@@ -18,7 +18,7 @@ from typing import Any, Generic, Literal, TypeVar
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from agentic_retrieval.context import Context
 
@@ -105,6 +105,34 @@ class Usage:
         self.reasoning_tokens += int(details.get("reasoning") or 0)
 
 
+class ModelIdentity(BaseModel):
+    """Which model served a call: the ``model`` object of model activity records."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_name: str | None = None
+    """The model's name (``gpt-4o``), as configured or as the provider reported it."""
+    deployment_id: str | None = None
+    """The Azure OpenAI deployment, when the model is one."""
+
+
+def model_identity(model: BaseChatModel, response: BaseMessage | None = None) -> ModelIdentity:
+    """The name (and Azure deployment) of ``model``, from its settings or its response.
+
+    The configured name wins over the provider's reported one (``gpt-4o`` rather than
+    ``gpt-4o-2024-08-06``), as Azure's records name the model the knowledge base was given.
+    """
+    configured = getattr(model, "model_name", None) or getattr(model, "model", None)
+    metadata = getattr(response, "response_metadata", None) or {}
+    reported = metadata.get("model_name") or metadata.get("model")
+    deployment = getattr(model, "deployment_name", None) or getattr(model, "azure_deployment", None)
+    name = next((n for n in (configured, reported) if isinstance(n, str) and n), None)
+    return ModelIdentity(
+        model_name=name or getattr(model, "_llm_type", None),
+        deployment_id=deployment if isinstance(deployment, str) and deployment else None,
+    )
+
+
 @dataclass
 class StructuredResult(Generic[SchemaT]):
     """The outcome of :func:`structured_call`: the parsed value or why there is none."""
@@ -115,6 +143,8 @@ class StructuredResult(Generic[SchemaT]):
     error_code: str = "ModelOutputInvalid"
     """``Timeout``, ``ModelError`` (the provider failed) or ``ModelOutputInvalid``."""
     attempts: int = 0
+    model: ModelIdentity | None = None
+    """The model that was called (its settings, else what its last response reported)."""
 
 
 async def structured_call(
@@ -141,7 +171,7 @@ async def structured_call(
     Returns:
         The parsed value (or ``None``), summed usage and the last error message.
     """
-    result: StructuredResult[SchemaT] = StructuredResult(value=None)
+    result: StructuredResult[SchemaT] = StructuredResult(value=None, model=model_identity(model))
     bound = model.with_structured_output(schema, include_raw=True)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
@@ -168,6 +198,8 @@ async def structured_call(
             continue
         raw = out.get("raw") if isinstance(out, dict) else None
         result.usage.add(raw if isinstance(raw, AIMessage) else None)
+        if isinstance(raw, AIMessage):
+            result.model = model_identity(model, raw)
         parsed = out.get("parsed") if isinstance(out, dict) else out
         if isinstance(parsed, schema):
             result.value = parsed

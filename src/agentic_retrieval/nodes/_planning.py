@@ -17,11 +17,13 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
+from agentic_retrieval import prompts
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import QueryPlan
 from agentic_retrieval.nodes._shared import (
+    allowed_sources,
     call_error,
     elapsed_ms,
     remaining_seconds,
@@ -31,6 +33,7 @@ from agentic_retrieval.nodes._shared import (
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.sources.base import FilterableKnowledgeSource
 from agentic_retrieval.state import ErrorInfo, PlanningActivity, RetrievalState, Subquery
+from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 
 async def plan_retrieval(
@@ -40,19 +43,33 @@ async def plan_retrieval(
     config: RunnableConfig,
     question: str,
     started_at: float,
+    source_params: dict[str, KnowledgeSourceParams] | None = None,
 ) -> dict[str, Any]:
     """Route and plan ``question`` with the planning model.
+
+    ``source_params`` are the turn's per-source parameters (default: ``state.source_params``;
+    ``route_and_plan`` passes them before they are in state): only the sources the run may
+    query are offered to the planner, and the knowledge base's retrieval instructions are
+    appended to its prompt as data.
 
     Returns:
         The state update: ``needs_retrieval``, then ``assistant_message`` (no retrieval)
         or ``planned`` (the subqueries), and the planning record in ``activity_log``.
     """
     model = bindings.models.resolve("planning", context)
+    params = state.source_params if source_params is None else source_params
+    allowed = allowed_sources(bindings, context, params)
     prompt = context.routing_prompt.format(
         today=today(),
         max_subqueries=context.max_subqueries,
-        sources=_describe_sources(bindings, context),
+        sources=_describe_sources(bindings, allowed),
     )
+    if context.retrieval_instructions and context.retrieval_instructions.strip():
+        # appended, not a placeholder: a custom routing_prompt still gets them, and braces
+        # in the instructions are data, never format fields
+        prompt += prompts.RETRIEVAL_INSTRUCTIONS_SECTION.replace(
+            "{instructions}", context.retrieval_instructions.strip()
+        )
     wall, clock = time.time(), time.perf_counter()
     result = await structured_call(
         model,
@@ -67,6 +84,7 @@ async def plan_retrieval(
         started=wall,
         elapsed_ms=elapsed_ms(clock),
         usage=result.usage,
+        model=result.model,
         error=call_error(result),
     )
     if plan is not None and not plan.needs_retrieval:
@@ -120,11 +138,11 @@ def _drop_malformed_filters(planned: list[Subquery]) -> tuple[list[Subquery], li
     return kept, dropped
 
 
-def _describe_sources(bindings: Bindings, context: Context) -> str:
+def _describe_sources(bindings: Bindings, allowed: list[str]) -> str:
+    """The sources the planner may choose from (excluded ones are not even named)."""
     lines = []
-    for name, source in bindings.sources.items():
-        if context.knowledge_sources is not None and name not in context.knowledge_sources:
-            continue
+    for name in allowed:
+        source = bindings.sources[name]
         fields = source.filterable_fields if isinstance(source, FilterableKnowledgeSource) else ()
         suffix = f" (filterable fields: {', '.join(fields)})" if fields else ""
         lines.append(f"- {name}: {source.description or 'no description'}{suffix}")

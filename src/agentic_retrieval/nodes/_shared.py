@@ -124,9 +124,22 @@ def allowed_sources(
     names = list(bindings.sources)
     if context.knowledge_sources is not None:
         names = [n for n in names if n in context.knowledge_sources]
-    if params:
-        names = [n for n in names if n in params]
-    return names
+    # naming a source selects it; naming it only to exclude it (neverQuerySource) does not
+    # restrict the others
+    named = [n for n, p in params.items() if not p.never_query_source]
+    if named:
+        names = [n for n in names if n in named]
+    return [n for n in names if not (n in params and params[n].never_query_source)]
+
+
+def results_processing(
+    source: str, params: dict[str, KnowledgeSourceParams], context: Context
+) -> str:
+    """``rerank`` or ``none`` for ``source``: the request's value, else the source's own."""
+    given = params[source].results_processing if source in params else None
+    if given is not None:
+        return given
+    return "none" if source in (context.unreranked_sources or []) else "rerank"
 
 
 def resolve_subqueries(
@@ -187,6 +200,7 @@ def build_tasks(
                     top=context.search_top,
                     deadline=deadline,
                     timeout=context.source_timeout_seconds,
+                    fail_on_error=bool(source in params and params[source].fail_on_error),
                 )
             )
     return tasks

@@ -99,6 +99,7 @@ async def _assess(
         started=wall,
         elapsed_ms=elapsed_ms(clock),
         usage=result.usage,
+        model=result.model,
         error=call_error(result) if value is None else None,
         is_sufficient=value.is_sufficient if value else True,
         confidence=value.confidence if value else None,

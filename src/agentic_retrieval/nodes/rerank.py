@@ -20,10 +20,18 @@ from langgraph.runtime import Runtime
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import Usage
-from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, next_round, remaining_seconds
+from agentic_retrieval.nodes._shared import (
+    NodeFn,
+    elapsed_ms,
+    next_round,
+    remaining_seconds,
+    results_processing,
+)
 from agentic_retrieval.rerankers.base import Reranker, UsageReportingReranker, clamp_score
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.state import (
+    DropReason,
+    Drops,
     ErrorInfo,
     RankedHit,
     RerankActivity,
@@ -45,38 +53,43 @@ def make_rerank(bindings: Bindings) -> NodeFn:
 
     async def rerank(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Rank all candidates retrieved so far."""
+        if state.failure:
+            return {}  # a failOnError source failed: the request fails, nothing to rank
         context = current_context(runtime)
         wall, clock = time.time(), time.perf_counter()
-        candidates, queries = unique_candidates(state.hits)
-        candidates = candidates[: context.max_docs_for_reranker]
-        runtime.stream_writer({"event": "reranking", "candidates": len(candidates)})
+        unique, queries = unique_candidates(state.hits)
+        params = state.source_params
+        to_score = [h for h in unique if results_processing(h.source, params, context) == "rerank"]
+        to_score = to_score[: context.max_docs_for_reranker]
+        unranked = [h for h in unique if results_processing(h.source, params, context) == "none"]
+        runtime.stream_writer({"event": "reranking", "candidates": len(to_score)})
         left = remaining_seconds(state.started_at, context)
         timed_out = False
         try:
             scores, error, usage = await asyncio.wait_for(
-                _score(bindings.reranker, candidates, queries), max(left, 0.0)
+                _score(bindings.reranker, to_score, queries), max(left, 0.0)
             )
         except TimeoutError:
             # keep what the searches found: rank it lexically rather than lose it
             timed_out = True
-            scores, _, usage = await _score(LexicalReranker(), candidates, queries)
+            scores, _, usage = await _score(LexicalReranker(), to_score, queries)
             error = ErrorInfo.of(
                 "Timeout",
                 f"reranker {bindings.reranker.name} ran out of time; "
                 "candidates were ranked by lexical coverage instead",
             )
-        selection = select(candidates, scores, state.source_params, context)
+        selection, drops = select(to_score, scores, params, context, unranked)
         record = RerankActivity(
             key=f"rerank:{next_round(state.subqueries) - 1}",
             started=wall,
             elapsed_ms=elapsed_ms(clock),
             error=error,
             reranker=bindings.reranker.name,
-            candidate_count=len(candidates),
+            candidate_count=len(to_score),
             kept_count=len(selection),
             usage=usage,
         )
-        update: dict[str, Any] = {"ranked": selection, "activity_log": [record]}
+        update: dict[str, Any] = {"ranked": selection, "drops": drops, "activity_log": [record]}
         if timed_out:
             update["timed_out"] = True
         return update
@@ -89,11 +102,20 @@ def select(
     scores: dict[tuple[str, str], float],
     params: dict[str, KnowledgeSourceParams],
     context: Context,
-) -> list[RankedHit]:
-    """Apply each source's ``rerankerThreshold`` (else the context's), keep the best ``top_n``.
+    unranked: Sequence[RetrievedHit] = (),
+) -> tuple[list[RankedHit], Drops]:
+    """Apply thresholds, merge unreranked sources, apply the document caps.
 
-    Ties on the 0-4 score break by the source's own score; ref_ids follow the final order.
+    Reranked candidates under their source's ``rerankerThreshold`` (else the context's) are
+    dropped, the rest sorted by score (ties: the source's own score). Hits of sources with
+    ``resultsProcessing: none`` keep their source order and are interleaved by position
+    (reranked first at each position). Each source's ``maxOutputDocuments`` then applies,
+    and the total is capped by ``context.max_output_documents`` (else ``top_n``).
+
+    Returns:
+        The selection with ref_ids in final order, and what was dropped (for the warnings).
     """
+    drops: Drops = {}
     ranked: list[tuple[float, RetrievedHit]] = []
     for hit in candidates:
         score = scores.get((hit.source, hit.doc_key), 0.0)
@@ -101,11 +123,59 @@ def select(
         threshold = context.reranker_threshold if threshold is None else threshold
         if threshold is None or score >= threshold:
             ranked.append((score, hit))
+        else:
+            _count(drops, hit, "threshold")
     ranked.sort(key=lambda pair: (-pair[0], -pair[1].score))
+    merged = _interleave(ranked, [(None, hit) for hit in unranked])
+    kept = _cap(merged, params, context, drops)
     return [
-        RankedHit(**hit.model_dump(), ref_id=i, final_score=round(score, 4))
-        for i, (score, hit) in enumerate(ranked[: context.top_n])
-    ]
+        RankedHit(
+            **hit.model_dump(),
+            ref_id=i,
+            final_score=None if score is None else round(score, 4),
+        )
+        for i, (score, hit) in enumerate(kept)
+    ], drops
+
+
+Scored = tuple[float | None, RetrievedHit]
+
+
+def _interleave(ranked: Sequence[Scored], unranked: Sequence[Scored]) -> list[Scored]:
+    """``ranked[0], unranked[0], ranked[1], unranked[1]...``: each list keeps its order."""
+    merged: list[Scored] = []
+    for position in range(max(len(ranked), len(unranked))):
+        merged += ranked[position : position + 1]
+        merged += unranked[position : position + 1]
+    return merged
+
+
+def _cap(
+    merged: Sequence[Scored],
+    params: dict[str, KnowledgeSourceParams],
+    context: Context,
+    drops: Drops,
+) -> list[Scored]:
+    """Keep at most each source's ``maxOutputDocuments`` and the run's total."""
+    limit = context.max_output_documents or context.top_n
+    taken: dict[str, int] = defaultdict(int)
+    kept: list[Scored] = []
+    for score, hit in merged:
+        cap = params[hit.source].max_output_documents if hit.source in params else None
+        over_source = cap is not None and taken[hit.source] >= cap
+        if over_source or len(kept) >= limit:
+            # top_n is the reranker's keep, not a caller's cap: only explicit caps warn
+            if over_source or context.max_output_documents is not None:
+                _count(drops, hit, "maxOutputDocuments")
+            continue
+        taken[hit.source] += 1
+        kept.append((score, hit))
+    return kept
+
+
+def _count(drops: Drops, hit: RetrievedHit, reason: DropReason) -> None:
+    by_reason = drops.setdefault(hit.activity_key, {})
+    by_reason[reason] = by_reason.get(reason, 0) + 1
 
 
 def unique_candidates(

@@ -18,14 +18,18 @@ from langgraph.runtime import Runtime
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, total_usage
+from agentic_retrieval.sources.base import NEWEST_GA_API_VERSION, CitableKnowledgeSource
 from agentic_retrieval.state import (
     Activity,
+    Drops,
     ErrorInfo,
+    RankedHit,
     ReasoningActivity,
     RetrievalState,
     RuntimeLimitActivity,
+    SearchActivity,
 )
-from agentic_retrieval.wire.render import render_activity, render_references
+from agentic_retrieval.wire.render import drop_warning, render_activity, render_references
 
 
 def make_respond(bindings: Bindings) -> NodeFn:
@@ -37,8 +41,8 @@ def make_respond(bindings: Bindings) -> NodeFn:
         entries: list[Activity] = list(state.activity_log)
         timed_out = state.timed_out or remaining_seconds(state.started_at, context) < 0
         entries += _summary_entries(state, context, timed_out)
-        records, ids = render_activity(entries)
         grounded = set(state.grounded_ref_ids)
+        records, ids = render_activity(entries, _warnings(state, context, grounded))
         if not state.needs_retrieval:
             reply = state.assistant_message
             # extractiveData callers parse the response as a JSON array: keep it one (the
@@ -49,7 +53,8 @@ def make_respond(bindings: Bindings) -> NodeFn:
             reply = text = state.response or "[]"
             ranked = [h for h in state.ranked if h.ref_id in grounded]
             kinds = {name: source.kind for name, source in bindings.sources.items()}
-            references = render_references(ranked, ids, state.source_params, kinds)
+            urls = _citation_urls(bindings, ranked, context)
+            references = render_references(ranked, ids, state.source_params, kinds, urls)
         runtime.stream_writer({"event": "done", "references": len(references)})
         return {
             "response": text,
@@ -61,6 +66,44 @@ def make_respond(bindings: Bindings) -> NodeFn:
         }
 
     return respond
+
+
+def _warnings(state: RetrievalState, context: Context, grounded: set[int]) -> dict[str, str]:
+    """A warning for each search record some of whose documents were dropped, by record key."""
+    drops: Drops = {key: dict(reasons) for key, reasons in state.drops.items()}
+    if state.needs_retrieval and not state.failure:
+        for hit in state.ranked:
+            if hit.ref_id not in grounded:  # ranked, but over the output size budget
+                reasons = drops.setdefault(hit.activity_key, {})
+                reasons["outputSize"] = reasons.get("outputSize", 0) + 1
+    sources = {e.key: e.source for e in state.activity_log if isinstance(e, SearchActivity)}
+    warnings = {}
+    for key, reasons in drops.items():
+        source = sources.get(key)
+        given = state.source_params.get(source) if source else None
+        threshold = given.reranker_threshold if given is not None else None
+        warning = drop_warning(
+            reasons, context.reranker_threshold if threshold is None else threshold
+        )
+        if warning:
+            warnings[key] = warning
+    return warnings
+
+
+def _citation_urls(
+    bindings: Bindings, ranked: list[RankedHit], context: Context
+) -> dict[tuple[str, str], str]:
+    """``citationUrl`` of each passage whose source can point at its document."""
+    version = context.api_version or NEWEST_GA_API_VERSION
+    urls = {}
+    for hit in ranked:
+        source = bindings.sources.get(hit.source)
+        if not isinstance(source, CitableKnowledgeSource):
+            continue
+        url = source.citation_url(hit, endpoint=context.service_endpoint, api_version=version)
+        if url:
+            urls[(hit.source, hit.doc_key)] = url
+    return urls
 
 
 def _summary_entries(state: RetrievalState, context: Context, timed_out: bool) -> list[Activity]:

@@ -54,7 +54,7 @@ def make_route_and_plan(bindings: Bindings) -> NodeFn:
             raise InvalidRequestError("nothing to retrieve: 'messages' holds no text")
         runtime.stream_writer({"event": "planning", "question": question})
         update = await plan_retrieval(
-            bindings, state, context, config, question, turn["started_at"]
+            bindings, state, context, config, question, turn["started_at"], turn["source_params"]
         )
         return {**turn, **update, "activity_log": Overwrite(update["activity_log"])}
 

@@ -20,7 +20,13 @@ from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms
 from agentic_retrieval.odata import ODataError
 from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
-from agentic_retrieval.state import ErrorInfo, RetrievedHit, SearchActivity, SearchTask
+from agentic_retrieval.state import (
+    ErrorInfo,
+    RetrievedHit,
+    SearchActivity,
+    SearchTask,
+    SourceFailure,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +78,9 @@ def make_search(bindings: Bindings) -> NodeFn:
         update: dict[str, Any] = {"hits": retrieved, "activity_log": [record]}
         if error:
             update["partial"] = True
+            if task.fail_on_error:
+                failure = SourceFailure(source=source.name, code=error.code, message=error.message)
+                update["failure"] = failure.model_dump()
         if deadline_hit:
             update["timed_out"] = True
         return update

@@ -72,6 +72,10 @@ async def _answer(
     prompt = context.answer_prompt.format(
         today=today(), missing=_known_gaps(state.evidence), passages=passages
     )
+    if context.answer_instructions and context.answer_instructions.strip():
+        prompt += prompts.ANSWER_INSTRUCTIONS_SECTION.replace(
+            "{instructions}", context.answer_instructions.strip()
+        )
     wall, clock = time.time(), time.perf_counter()
     result = await structured_call(
         model,
@@ -81,7 +85,11 @@ async def _answer(
         timeout=left,
     )
     record = AnswerActivity(
-        key="answer", started=wall, elapsed_ms=elapsed_ms(clock), usage=result.usage
+        key="answer",
+        started=wall,
+        elapsed_ms=elapsed_ms(clock),
+        usage=result.usage,
+        model=result.model,
     )
     if result.value is None or not result.value.answer.strip():
         error = ErrorInfo.of(result.error_code, result.error or "the answer was empty")

@@ -6,6 +6,7 @@ on the event loop end to end (``graph.ainvoke``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -111,14 +112,20 @@ def _add_routes(app: FastAPI, registry: Mapping[str, KnowledgeBase], keys: ApiKe
         authorize(request, keys, "query")
         check_api_version(api_version)
         kb = lookup(registry, name)
-        parsed, context = prepare(await read_json_object(request), kb.defaults, kb.bindings)
+        # citation URLs point back at this service, with the caller's api-version
+        defaults = dataclasses.replace(
+            kb.defaults,
+            service_endpoint=str(request.base_url).rstrip("/"),
+            api_version=api_version,
+        )
+        parsed, context = prepare(await read_json_object(request), defaults, kb.bindings)
         if wants_event_stream(request.headers.get("accept")):
             return StreamingResponse(
                 retrieve_events(kb, parsed, context.max_runtime_seconds),
                 media_type=EVENT_STREAM,
                 headers={"Cache-Control": "no-cache"},
             )
-        response = await kb.aretrieve(parsed)
+        response = await kb.aretrieve(parsed, defaults=context)
         if response.status_code == 408:
             raise ApiError(
                 408,

@@ -22,6 +22,7 @@ from agentic_retrieval.errors import (
     AgenticRetrievalError,
     InvalidDefinitionError,
     InvalidRequestError,
+    KnowledgeSourceFailedError,
     ModelRequiredError,
     PreconditionFailedError,
     ResourceConflictError,
@@ -45,6 +46,7 @@ _CODES = {
     406: "NotAcceptable",
     408: "RequestTimeout",
     413: "RequestEntityTooLarge",
+    424: "FailedDependency",
     415: "UnsupportedMediaType",
     429: "TooManyRequests",
     500: "InternalServerError",
@@ -79,6 +81,7 @@ class ApiError(Exception):
         code: The error code (default: one per status, e.g. ``InvalidRequest``).
         details: Nested errors (``{"code", "message"}`` dicts).
         headers: Extra response headers (e.g. ``Retry-After``).
+        target: What the error is about (e.g. the knowledge source that failed).
     """
 
     def __init__(
@@ -89,8 +92,10 @@ class ApiError(Exception):
         code: str | None = None,
         details: list[dict[str, Any]] | None = None,
         headers: Mapping[str, str] | None = None,
+        target: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.target = target
         self.status = status
         self.message = message
         self.code = code or _CODES.get(status, "Error")
@@ -99,7 +104,10 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         """The Azure error body."""
-        return error_body(self.code, self.message, self.details)
+        body = error_body(self.code, self.message, self.details)
+        if self.target is not None:
+            body["error"]["target"] = self.target
+        return body
 
     def response(self) -> JSONResponse:
         """The JSON response carrying this error."""
@@ -114,9 +122,24 @@ def error_body(
 
 
 def api_error_for(exc: BaseException) -> ApiError | None:
-    """The 4xx answer to a library error the caller can fix, or ``None`` for any other error."""
+    """The answer to a library error that is not the service's fault, else ``None``.
+
+    The caller's mistakes are 4xx with their message. A ``failOnError`` source that failed
+    is the failure of a dependency the caller chose to depend on: 424 Failed Dependency with
+    the source as ``target`` and its own error in ``details``. Not 502/504: azure-core's
+    retry policy retries those (up to 10 times by default), re-running the whole retrieval
+    for a failure the caller asked to see at once.
+    """
     if isinstance(exc, ModelRequiredError):
         return ApiError(400, model_required_message(exc))
+    if isinstance(exc, KnowledgeSourceFailedError):
+        return ApiError(
+            424,
+            str(exc),
+            code="KnowledgeSourceFailed",
+            target=exc.source,
+            details=[{"code": exc.code, "message": exc.source_message, "target": exc.source}],
+        )
     for kind, status, code in CLIENT_ERRORS:
         if isinstance(exc, kind):
             return ApiError(status, str(exc), code=code)

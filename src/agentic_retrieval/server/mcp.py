@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal
 
@@ -22,10 +22,15 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from agentic_retrieval.errors import InvalidRequestError, ModelRequiredError
+from agentic_retrieval.errors import (
+    InvalidRequestError,
+    KnowledgeSourceFailedError,
+    ModelRequiredError,
+)
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.server.auth import ApiKeys
 from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.wire.models import ActivityRecord
 from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings
 
 logger = logging.getLogger(__name__)
@@ -58,6 +63,11 @@ class RetrieveToolResult(BaseModel):
         default=None,
         description="Why the run's effort is not what was asked or expected (e.g. no chat "
         "model is configured, so the model-free tier ran).",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Why retrieved documents were left out (under the reranker threshold, "
+        "over maxOutputDocuments, over the output size), one line per search.",
     )
 
 
@@ -96,13 +106,33 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
             str | None,
             Field(description="OData filter ANDed onto every source, e.g. year ge 2025."),
         ] = None,
+        max_output_documents: Annotated[
+            int | None,
+            Field(description="Most documents in the response (maxOutputDocuments).", ge=1),
+        ] = None,
+        exclude_sources: Annotated[
+            list[str] | None,
+            Field(
+                description="Knowledge sources to leave out of this call (neverQuerySource).",
+                max_length=100,
+            ),
+        ] = None,
     ) -> RetrieveToolResult:
-        request = tool_request(kb, query, messages, effort, output_mode, filter)
+        request = tool_request(
+            kb,
+            query,
+            messages,
+            effort,
+            output_mode,
+            filter,
+            max_output_documents=max_output_documents,
+            exclude=exclude_sources or (),
+        )
         try:
             response = await kb.aretrieve(request)
         except ModelRequiredError as exc:
             raise ToolError(model_required_message(exc)) from exc
-        except InvalidRequestError as exc:
+        except (InvalidRequestError, KnowledgeSourceFailedError) as exc:
             raise ToolError(str(exc)) from exc
         except Exception as exc:  # a bug: its text goes to the log, never to the client
             request_id = uuid.uuid4().hex
@@ -117,6 +147,7 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
             references=[ref.to_wire() for ref in response.references],
             partial=response.partial,
             note=" ".join(effort_warnings(response)) or None,
+            warnings=_warnings(response.activity or []),
         )
 
     server.add_tool(
@@ -143,6 +174,16 @@ def model_required_message(exc: ModelRequiredError) -> str:
     )
 
 
+def _warnings(activity: list[ActivityRecord]) -> list[str]:
+    """``<source>: <warning>`` for every activity record that carries a warning."""
+    lines = []
+    for record in activity:
+        extra = record.model_extra or {}
+        if isinstance(extra.get("warning"), str):
+            lines.append(f"{extra.get('knowledgeSourceName', record.type)}: {extra['warning']}")
+    return lines
+
+
 def tool_request(
     kb: KnowledgeBase,
     query: str | None,
@@ -150,6 +191,9 @@ def tool_request(
     effort: str | None,
     output_mode: str | None,
     filter_text: str | None,
+    *,
+    max_output_documents: int | None = None,
+    exclude: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The retrieve request (wire JSON) for one tool call."""
     turns = [m.model_dump() for m in messages or []]
@@ -163,6 +207,8 @@ def tool_request(
         effort=effort,
         output_mode=output_mode,
         filter_add_on=filter_text,
+        max_output_documents=max_output_documents,
+        exclude=exclude,
     )
 
 

@@ -19,8 +19,10 @@ partial response), so a source should never swallow its own errors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -117,3 +119,62 @@ class TypedFilterableKnowledgeSource(KnowledgeSource, Protocol):
     def filter_schema(self) -> FieldSchema:
         """Each filterable field with the kinds of value it holds."""
         ...
+
+
+NEWEST_GA_API_VERSION = "2026-10-01"
+"""The api-version a citation URL names when the caller gave none (Python calls)."""
+
+
+@runtime_checkable
+class CitableKnowledgeSource(KnowledgeSource, Protocol):
+    """Optional capability: a source that can point at the document behind a hit.
+
+    The URL becomes the reference's ``citationUrl``: a file's ``file://`` URI or its web URL
+    for embedded and LangChain sources, an index document URL (as Azure gives) for index
+    sources.
+    """
+
+    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
+        """The URL of ``hit``'s document, or ``None`` when there is none to give.
+
+        Args:
+            hit: A hit this source returned.
+            endpoint: The base URL of the service answering the request (``None`` outside
+                the REST server).
+            api_version: The request's api-version (index document URLs carry it).
+        """
+        ...
+
+
+def url_from_metadata(metadata: Mapping[str, Any]) -> str | None:
+    """A hit's own address from its provenance: a web URL, else an absolute file path's URI.
+
+    Looks at ``url``, ``source_url``, ``source_path`` and ``source`` (LangChain loaders'
+    key), in that order; a PDF page (``page``) is appended as ``#page=N``.
+    """
+    for key in ("url", "source_url", "source_path", "source"):
+        value = metadata.get(key)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        if value.startswith(("http://", "https://", "file://")):
+            return value
+        path = Path(value)
+        if path.is_absolute():
+            page = metadata.get("page")
+            anchor = f"#page={page}" if isinstance(page, int) and not isinstance(page, bool) else ""
+            return path.as_uri() + anchor
+    return None
+
+
+def index_document_url(
+    endpoint: str, index: str, key: str, api_version: str, select: Sequence[str] = ()
+) -> str:
+    """An index document's URL as Azure's ``citationUrl`` gives it.
+
+    ``{endpoint}/indexes/{index}/docs/{key}?$select=a%2Cb&api-version={version}``.
+    """
+    query = f"$select={quote(','.join(select), safe='')}&" if select else ""
+    return (
+        f"{endpoint.rstrip('/')}/indexes/{quote(index, safe='')}/docs/{quote(key, safe='')}"
+        f"?{query}api-version={quote(api_version, safe='')}"
+    )

@@ -47,7 +47,12 @@ from agentic_retrieval.odata import (
     evaluate_filter,
     parse_filter,
 )
-from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
+from agentic_retrieval.sources.base import (
+    FilterNotSupportedError,
+    Hit,
+    SearchQuery,
+    url_from_metadata,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +203,10 @@ class LangChainKnowledgeSource:
         self.title_metadata_field = title_metadata_field
         self._target = retriever_or_store
         self._translator = filter_translator or default_filter_translator(retriever_or_store)
+
+    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
+        """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
+        return url_from_metadata(hit.metadata)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Search the store or retriever; see the module docstring for filters.

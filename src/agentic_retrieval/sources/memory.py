@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_retrieval.sources.base import Hit, SearchQuery
+from agentic_retrieval.sources.base import Hit, SearchQuery, url_from_metadata
 from agentic_retrieval.text import query_terms, tokenize
 
 
@@ -63,6 +63,10 @@ class InMemoryKnowledgeSource:
 
     def __len__(self) -> int:
         return len(self._docs)
+
+    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
+        """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
+        return url_from_metadata(hit.metadata)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Score every document matching the filter; return the best ``query.top``."""

@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 
 ReasoningEffortKind = Literal["minimal", "low", "medium", "auto"]
 OutputMode = Literal["extractiveData", "answerSynthesis"]
+ResultsProcessing = Literal["rerank", "none"]
 
 SUPPORTED_API_VERSIONS = (
     "2026-04-01",
@@ -113,6 +114,19 @@ class KnowledgeSourceParams(WireModel):
     include_reference_source_data: bool | None = None
     always_query_source: bool | None = None
     reranker_threshold: float | None = Field(default=None, ge=0.0, le=4.0)
+    # 2026-05-01-preview / 2026-08-01-preview per-source controls (README: "Per-source controls")
+    never_query_source: bool | None = None
+    """Leave this source out of this request (cannot be combined with ``alwaysQuerySource``)."""
+    results_processing: ResultsProcessing | None = None
+    """``rerank`` (default) or ``none``: keep the source's own order, no reranker, no threshold."""
+    fail_on_error: bool | None = None
+    """When this source fails, the whole request fails with its error instead of a 206."""
+    max_output_documents: int | None = Field(default=None, ge=1, le=1000)
+    """Most of this source's documents in the response."""
+    enable_image_serving: bool | None = None
+    """Accepted for 2026-05-01-preview clients; this service serves no images."""
+    query_hint_overrides: dict[str, Any] | None = None
+    """Accepted for 2026-08-01-preview clients; query hints are not applied by this service."""
     # Web-source parameters the SDK defines (WebKnowledgeSourceParams): accepted so SDK
     # requests validate, unused by the sources this library ships.
     language: str | None = None
@@ -134,6 +148,7 @@ class RetrieveRequest(WireModel):
     max_runtime_in_seconds: int | None = Field(default=None, ge=1, le=300)
     max_output_size: int | None = Field(default=None, ge=1, le=10_000_000)
     max_output_size_in_tokens: int | None = Field(default=None, ge=1, le=2_500_000)
+    max_output_documents: int | None = Field(default=None, ge=1, le=1000)
     knowledge_source_params: list[KnowledgeSourceParams] | None = Field(
         default=None, max_length=100
     )
@@ -173,6 +188,8 @@ class RetrieveRequest(WireModel):
         names = [p.knowledge_source_name for p in self.knowledge_source_params or []]
         if len(names) != len(set(names)):
             raise ValueError("'knowledgeSourceParams' names a knowledge source twice")
+        for params in self.knowledge_source_params or []:
+            check_source_params(params)
         return self
 
     @property
@@ -180,6 +197,33 @@ class RetrieveRequest(WireModel):
         """The requested reasoning effort kind, if any."""
         effort = self.retrieval_reasoning_effort
         return effort.kind if effort else None
+
+
+def check_source_params(
+    params: KnowledgeSourceParams, stored: ResultsProcessing = "rerank"
+) -> None:
+    """Reject per-source settings that contradict each other.
+
+    Args:
+        params: One entry of ``knowledgeSourceParams``.
+        stored: The source's own ``resultsProcessing`` (what applies when ``params`` is silent).
+
+    Raises:
+        ValueError: ``neverQuerySource`` with ``alwaysQuerySource``, or a
+            ``rerankerThreshold`` for a source whose results are not reranked.
+    """
+    name = params.knowledge_source_name
+    if params.never_query_source and params.always_query_source:
+        raise ValueError(
+            f"knowledgeSourceParams[{name}]: neverQuerySource cannot be combined with "
+            "alwaysQuerySource on the same knowledge source"
+        )
+    processing = params.results_processing or stored
+    if processing == "none" and params.reranker_threshold is not None:
+        raise ValueError(
+            f"knowledgeSourceParams[{name}]: rerankerThreshold cannot be combined with "
+            "resultsProcessing 'none' (the source's results are not reranked)"
+        )
 
 
 def _from_target_index(target: dict[str, Any]) -> dict[str, Any]:

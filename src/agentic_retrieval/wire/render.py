@@ -15,12 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import singledispatch
 from typing import Any
 
-from agentic_retrieval.llm.chat_models import Usage
+from agentic_retrieval.llm.chat_models import ModelIdentity, Usage
 from agentic_retrieval.state import (
     Activity,
     AnswerActivity,
+    DropReason,
     ErrorInfo,
     EvidenceActivity,
+    ModelCallActivity,
     PlanningActivity,
     RankedHit,
     ReasoningActivity,
@@ -52,9 +54,13 @@ def render_error(error: ErrorInfo) -> dict[str, str]:
 
 
 def render_activity(
-    entries: Iterable[Activity],
+    entries: Iterable[Activity], warnings: Mapping[str, str] | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Order records by start time, assign wire ids and render each.
+
+    Args:
+        entries: The run's typed records.
+        warnings: A ``warning`` for some records, by record key (see :func:`drop_warning`).
 
     Returns:
         The wire records (``type`` and ``id`` first) and a map from record key to id.
@@ -65,8 +71,41 @@ def render_activity(
     for index, entry in enumerate(ordered):
         ids[entry.key] = index
         record = render_record(entry)
+        warning = (warnings or {}).get(entry.key)
+        if warning:
+            record["warning"] = warning
         records.append({"type": record.pop("type"), "id": index, **record})
     return records, ids
+
+
+def drop_warning(dropped: Mapping[DropReason, int], threshold: float | None) -> str | None:
+    """The ``warning`` of a search record whose documents did not all reach the response.
+
+    Azure drops such documents silently; saying how many, and why, tells a caller whether to
+    lower ``rerankerThreshold`` or raise ``maxOutputDocuments`` / ``maxOutputSizeInTokens``.
+
+    Args:
+        dropped: How many documents were dropped, by reason.
+        threshold: The source's effective ``rerankerThreshold``.
+    """
+    parts = []
+    if dropped.get("threshold"):
+        limit = f" ({threshold:g})" if threshold is not None else ""
+        parts.append(f"{dropped['threshold']} scored under the rerankerThreshold{limit}")
+    if dropped.get("maxOutputDocuments"):
+        parts.append(f"{dropped['maxOutputDocuments']} exceeded maxOutputDocuments")
+    if dropped.get("outputSize"):
+        parts.append(
+            f"{dropped['outputSize']} did not fit the output size limit "
+            "(maxOutputSize / maxOutputSizeInTokens)"
+        )
+    total = sum(dropped.values())
+    if not total:
+        return None
+    noun, verb = ("document", "was") if total == 1 else ("documents", "were")
+    return f"{total} {noun} found by this query {verb} left out of the response: " + (
+        "; ".join(parts) + "."
+    )
 
 
 @singledispatch
@@ -182,7 +221,9 @@ def _runtime_limit(entry: RuntimeLimitActivity) -> dict[str, Any]:
     return _with_error({"type": "runtimeLimit"}, entry)
 
 
-def _model_record(record_type: str, entry: Activity, usage: Usage, **fields: Any) -> dict[str, Any]:
+def _model_record(
+    record_type: str, entry: ModelCallActivity, usage: Usage, **fields: Any
+) -> dict[str, Any]:
     record: dict[str, Any] = {
         "type": record_type,
         "inputTokens": usage.input_tokens,
@@ -192,7 +233,15 @@ def _model_record(record_type: str, entry: Activity, usage: Usage, **fields: Any
     }
     if usage.reasoning_tokens:
         record["reasoningTokens"] = usage.reasoning_tokens
+    if entry.model is not None and entry.model.model_name:
+        record["model"] = render_model(entry.model)
     return record
+
+
+def render_model(model: ModelIdentity) -> dict[str, str]:
+    """``{"modelName", "deploymentId"}`` (2026-08-01-preview), without unknown parts."""
+    rendered = {"modelName": model.model_name, "deploymentId": model.deployment_id}
+    return {key: value for key, value in rendered.items() if value}
 
 
 def _with_error(record: dict[str, Any], entry: Activity) -> dict[str, Any]:
@@ -206,6 +255,7 @@ def render_references(
     ids: Mapping[str, int],
     params: Mapping[str, KnowledgeSourceParams],
     kinds: Mapping[str, str],
+    citation_urls: Mapping[tuple[str, str], str] | None = None,
 ) -> list[dict[str, Any]]:
     """The wire references of the passages the response is built on.
 
@@ -215,6 +265,7 @@ def render_references(
         params: The caller's per-source parameters (``includeReferences``,
             ``includeReferenceSourceData``).
         kinds: Each source's kind, by name.
+        citation_urls: ``citationUrl`` by (source, doc key), where the source gave one.
     """
     references = []
     for hit in ranked:
@@ -226,8 +277,12 @@ def render_references(
             "id": str(hit.ref_id),
             "activitySource": ids.get(hit.activity_key, 0),
             "docKey": hit.doc_key,
-            "rerankerScore": hit.final_score,
         }
+        if hit.final_score is not None:  # None: resultsProcessing none, never reranked
+            reference["rerankerScore"] = hit.final_score
+        url = (citation_urls or {}).get((hit.source, hit.doc_key))
+        if url:
+            reference["citationUrl"] = url
         if param is not None and param.include_reference_source_data:
             # metadata first: a metadata field must never replace the real key or text
             reference["sourceData"] = {

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import (
     InvalidRequestError,
+    KnowledgeSourceFailedError,
     ModelNotConfiguredError,
     ModelRequiredError,
     ModelUnavailableError,
@@ -47,6 +48,7 @@ from agentic_retrieval.wire.models import (
     ResponseMessage,
     RetrieveRequest,
     RetrieveResponse,
+    check_source_params,
 )
 
 
@@ -101,6 +103,8 @@ def run_context(request: RetrieveRequest, defaults: Context) -> Context:
         overrides["max_output_size"] = request.max_output_size
     if request.max_output_size_in_tokens:
         overrides["max_output_tokens"] = request.max_output_size_in_tokens
+    if request.max_output_documents:
+        overrides["max_output_documents"] = request.max_output_documents
     limits = [
         p.max_docs_for_reranker
         for p in request.knowledge_source_params or []
@@ -132,6 +136,11 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
                 f"'{params.knowledge_source_name}' (this knowledge base has: "
                 f"{', '.join(sources) or 'none'})"
             )
+        unreranked = params.knowledge_source_name in (context.unreranked_sources or [])
+        try:
+            check_source_params(params, "none" if unreranked else "rerank")
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
         if params.filter_add_on:
             try:
                 expr = parse_filter(params.filter_add_on)
@@ -143,6 +152,16 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
                 raise InvalidRequestError(
                     f"knowledgeSourceParams[{params.knowledge_source_name}].filterAddOn: {exc}"
                 ) from exc
+    excluded = [
+        p.knowledge_source_name
+        for p in request.knowledge_source_params or []
+        if p.never_query_source
+    ]
+    if excluded and not [n for n in sources if n not in excluded]:
+        raise InvalidRequestError(
+            "knowledgeSourceParams: neverQuerySource excludes every knowledge source of this "
+            f"knowledge base ({', '.join(excluded)}); leave at least one to query"
+        )
     for setting, value, role in _model_needs(request, context, bindings):
         try:
             bindings.models.resolve(role, context)  # builds it: surfaces bad config
@@ -205,6 +224,8 @@ def conversation_request(
     output_mode: str | None = None,
     filter_add_on: str | None = None,
     source_data: bool = False,
+    max_output_documents: int | None = None,
+    exclude: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The wire request for a conversation, as the CLI and the MCP tool build it.
 
@@ -215,6 +236,9 @@ def conversation_request(
         output_mode: ``extractiveData`` or ``answerSynthesis``.
         filter_add_on: An OData filter ANDed onto every source.
         source_data: Ask every source for ``sourceData`` on its references.
+        max_output_documents: Most documents in the response (``maxOutputDocuments``).
+        exclude: Sources to leave out (``neverQuerySource``); a name the knowledge base
+            does not have is kept, so the request is rejected naming it.
     """
     request: dict[str, Any] = {
         "messages": [
@@ -225,15 +249,20 @@ def conversation_request(
         request["retrievalReasoningEffort"] = {"kind": effort}
     if output_mode:
         request["outputMode"] = output_mode
-    if filter_add_on or source_data:
+    if max_output_documents is not None:
+        request["maxOutputDocuments"] = max_output_documents
+    if filter_add_on or source_data or exclude:
+        kinds = {name: source.kind for name, source in sources.items()}
+        names = list(sources) + [n for n in exclude if n not in sources]
         request["knowledgeSourceParams"] = [
             {
                 "knowledgeSourceName": name,
-                "kind": source.kind,
+                "kind": kinds.get(name, "searchIndex"),
                 **({"filterAddOn": filter_add_on} if filter_add_on else {}),
                 **({"includeReferenceSourceData": True} if source_data else {}),
+                **({"neverQuerySource": True} if name in exclude else {}),
             }
-            for name, source in sources.items()
+            for name in names
         ]
     return request
 
@@ -250,7 +279,14 @@ def graph_input(request: RetrieveRequest) -> InputState:
 
 
 def to_response(output: Mapping[str, Any], request: RetrieveRequest) -> RetrieveResponse:
-    """The wire response for a graph output (the graph's output keys)."""
+    """The wire response for a graph output (the graph's output keys).
+
+    Raises:
+        KnowledgeSourceFailedError: A source whose ``failOnError`` is set failed.
+    """
+    failure = output.get("failure")
+    if failure:
+        raise KnowledgeSourceFailedError(failure["source"], failure["code"], failure["message"])
     response = RetrieveResponse(
         response=[
             ResponseMessage(content=[MessageContent(type="text", text=output.get("response", ""))])

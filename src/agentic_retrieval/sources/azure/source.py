@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from agentic_retrieval.errors import AzureSourceConfigurationError as AzureSourceConfigurationError
 from agentic_retrieval.errors import MissingDependencyError
 from agentic_retrieval.odata import and_filters
-from agentic_retrieval.sources.base import Hit, SearchQuery, SourceError
+from agentic_retrieval.sources.base import Hit, SearchQuery, SourceError, index_document_url
 
 if TYPE_CHECKING:
     from azure.core.exceptions import HttpResponseError
@@ -271,6 +271,12 @@ class AzureSearchKnowledgeSource:
                     f"index '{self.index_name}' has no semantic configuration "
                     f"'{self.semantic_configuration}'",
                 )
+
+    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
+        """The document's URL in the Azure index (``endpoint`` is this source's own)."""
+        return index_document_url(
+            self.endpoint, self.index_name, hit.doc_key, api_version, self.select
+        )
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Run ``query`` against the index; see the class docstring for the request shape.

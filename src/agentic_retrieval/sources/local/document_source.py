@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentic_retrieval.odata import Expr, ODataError, and_filters, parse_filter
-from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery
+from agentic_retrieval.sources.base import (
+    FilterNotSupportedError,
+    Hit,
+    SearchQuery,
+    index_document_url,
+)
 from agentic_retrieval.sources.local.documents import DocumentHit, DocumentStore
 
 
@@ -32,6 +37,8 @@ class DocumentKnowledgeSource:
             ``None``: every field in ``retrievable_fields``).
         retrievable_fields: The document fields a client may read.
         filterable_fields: Fields usable in filters (shown to the planner).
+        index_name: The index a ``searchIndex`` source reads (its references' citationUrl
+            points at the index document on the serving endpoint).
     """
 
     def __init__(
@@ -45,8 +52,10 @@ class DocumentKnowledgeSource:
         source_data_fields: Sequence[str] | None = None,
         retrievable_fields: Sequence[str] = (),
         filterable_fields: Sequence[str] = (),
+        index_name: str | None = None,
     ) -> None:
         self.name = name
+        self.index_name = index_name
         self.kind = kind
         self.description = description
         self.documents = documents
@@ -58,6 +67,14 @@ class DocumentKnowledgeSource:
     def filterable_fields(self) -> Sequence[str]:
         """Fields usable in this source's filters."""
         return self._filterable
+
+    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
+        """The index document's URL on ``endpoint`` (``searchIndex`` sources served over REST)."""
+        if self.kind != "searchIndex" or self.index_name is None or endpoint is None:
+            return None
+        return index_document_url(
+            endpoint, self.index_name, hit.doc_key, api_version, self._source_fields
+        )
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return at most ``query.top`` hits, best first.

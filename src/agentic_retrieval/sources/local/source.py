@@ -20,7 +20,13 @@ from agentic_retrieval.odata import (
     ODataError,
     parse_filter,
 )
-from agentic_retrieval.sources.base import FilterNotSupportedError, Hit, SearchQuery, SourceError
+from agentic_retrieval.sources.base import (
+    FilterNotSupportedError,
+    Hit,
+    SearchQuery,
+    SourceError,
+    url_from_metadata,
+)
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
 from agentic_retrieval.sources.local.record_ingest import (
@@ -117,6 +123,10 @@ class LocalKnowledgeSource:
                 name, frozenset()
             )
         return schema
+
+    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
+        """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
+        return url_from_metadata(hit.metadata)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return at most ``query.top`` hits for ``query``, best first.
