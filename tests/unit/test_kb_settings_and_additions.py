@@ -222,3 +222,22 @@ def test_index_document_urls_have_the_reference_shape():
         "https://typespecpreviewexampleservice.search.windows.net/indexes/preview-test/docs/"
         "myDocKey1?$select=category%2Cdescription%2CownerId%2Cid&api-version=2026-08-01-preview"
     )
+
+
+def test_cli_retrieve_takes_max_output_documents(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("alpha", "beta", "gamma"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\nThe ferry timetable for {name} pier.\n")
+    kb = str(tmp_path / "kb")
+    assert runner.invoke(app, ["index", "--kb", kb, "--source", "piers", str(docs)]).exit_code == 0
+    ask = ["retrieve", "ferry timetable pier", "--kb", kb, "--effort", "minimal", "--json"]
+    every = json.loads(runner.invoke(app, ask).output)
+    capped = json.loads(runner.invoke(app, [*ask, "--max-output-documents", "1"]).output)
+    assert len(every["references"]) == 3
+    assert [r["docKey"] for r in capped["references"]] == [every["references"][0]["docKey"]]
+    (search,) = [r for r in capped["activity"] if r["type"] == "searchIndex"]
+    assert search["warning"] == (
+        "2 documents found by this query were left out of the response: 2 exceeded "
+        "maxOutputDocuments."
+    )
