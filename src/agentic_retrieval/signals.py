@@ -164,8 +164,10 @@ def result_signals(
     top = list(ranked[:top_k])
     if not top:
         return ResultSignals(0, 0.0, 0.0, 0.0, 0.0)
-    best = top[0].final_score
-    rest = [h.final_score for h in top[1:]]
+    # passages of a resultsProcessing 'none' source carry no score: only scored ones count
+    scores = [h.final_score for h in top if h.final_score is not None]
+    best = scores[0] if scores else 0.0
+    rest = scores[1:]
     spread = best - sum(rest) / len(rest) if rest else 0.0
     terms = question_terms(question)
     found: set[str] = set()

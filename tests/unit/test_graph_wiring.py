@@ -52,6 +52,7 @@ def test_graph_has_the_designed_nodes_and_edges():
         ("search", "rerank", False),
         ("rerank", "assess_evidence", True),
         ("rerank", "judge_results", True),
+        ("rerank", "respond", True),  # a failOnError source failed: the request fails
         ("rerank", "synthesize", True),
         ("judge_results", "assess_evidence", True),
         ("judge_results", "plan_queries", True),
