@@ -91,6 +91,49 @@ EARTH_DOCUMENTS = [
 the Azure stand-in."""
 
 
+TENANT_DOCS = [
+    {
+        "id": "acme-leave",
+        "title": "Acme leave policy",
+        "text": "Acme staff get 30 vacation days a year.",
+        "groups": ["acme"],
+    },
+    {
+        "id": "globex-leave",
+        "title": "Globex leave policy",
+        "text": "Globex staff get 20 vacation days a year.",
+        "groups": ["globex"],
+    },
+    {
+        "id": "acme-ceo",
+        "title": "Acme CEO memo",
+        "text": "Vacation days roll over for the Acme board only.",
+        "users": ["alice"],
+    },
+    {
+        "id": "holidays",
+        "title": "Public holidays",
+        "text": "Public holidays never count as vacation days.",
+        "groups": ["all"],
+    },
+]
+"""Two tenants' documents (groups ``acme`` and ``globex``), one for the user ``alice`` only
+and one public (``all``), all about vacation days: index with
+``add_documents(TENANT_DOCS, user_ids_field="users", group_ids_field="groups")``."""
+
+
+def tenant_source(path: Path, name: str = "policies"):
+    """A local source holding :data:`TENANT_DOCS` with their permissions."""
+    from agentic_retrieval.sources.local import LocalKnowledgeSource
+
+    source = LocalKnowledgeSource(
+        name, path, description="Leave policies of two tenants", create=True
+    )
+    report = source.add_documents(TENANT_DOCS, user_ids_field="users", group_ids_field="groups")
+    assert report.ok, report.failed
+    return source
+
+
 # --- sources ----------------------------------------------------------------------------------
 
 
@@ -202,3 +245,53 @@ def write(path: Path, text: str) -> Path:
 def user(text: str) -> dict:
     """A user message in the wire shape."""
     return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+# --- identity tokens --------------------------------------------------------------------------
+
+ISSUER = "https://login.example.test/tenant/v2.0"
+AUDIENCE = "api://agentic-retrieval-tests"
+JWT_SECRET = "a-development-secret-of-at-least-32-bytes!"
+
+
+class TokenMint:
+    """Signs identity tokens for the tests: HS256 with :data:`JWT_SECRET`, or RS256 with a
+    fresh RSA key published in a JWKS file (:meth:`write_jwks`)."""
+
+    def __init__(self) -> None:
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self.private_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    def claims(self, user: str | None = "alice", groups=(), **overrides) -> dict:
+        import time
+
+        now = int(time.time())
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "nbf": now, "exp": now + 600}
+        if user is not None:
+            claims["oid"] = user
+        if groups:
+            claims["groups"] = list(groups)
+        claims.update(overrides)
+        return {k: v for k, v in claims.items() if v is not None}
+
+    def hs256(self, user: str | None = "alice", groups=(), key: str = JWT_SECRET, **overrides):
+        import jwt
+
+        return jwt.encode(self.claims(user, groups, **overrides), key, algorithm="HS256")
+
+    def rs256(self, user: str | None = "alice", groups=(), kid: str = "k1", **overrides):
+        import jwt
+
+        claims = self.claims(user, groups, **overrides)
+        return jwt.encode(claims, self.private_key, algorithm="RS256", headers={"kid": kid})
+
+    def write_jwks(self, path: Path, kid: str = "k1") -> Path:
+        import json
+
+        from jwt.algorithms import RSAAlgorithm
+
+        jwk = json.loads(RSAAlgorithm.to_jwk(self.private_key.public_key()))
+        jwk.update({"kid": kid, "use": "sig", "alg": "RS256"})
+        path.write_text(json.dumps({"keys": [jwk]}))
+        return path

@@ -9,6 +9,7 @@ from agentic_retrieval.errors import (
 )
 from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.permissions import Identity, Permissions
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
@@ -19,12 +20,14 @@ __all__ = [
     "AgenticRetrievalError",
     "Context",
     "Hit",
+    "Identity",
     "InMemoryKnowledgeSource",
     "InvalidRequestError",
     "KnowledgeBase",
     "KnowledgeBaseRetriever",
     "KnowledgeSource",
     "KnowledgeSourceFailedError",
+    "Permissions",
     "Reranker",
     "RetrieveRequest",
     "RetrieveResponse",

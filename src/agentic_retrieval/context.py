@@ -22,8 +22,10 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
+from pydantic import ValidationError
 
 from agentic_retrieval import prompts
+from agentic_retrieval.permissions import Identity
 
 MODEL_STRING = "a 'provider:model' string"
 DEFAULT_RERANKER_THRESHOLD = 2.5
@@ -270,6 +272,24 @@ class Context:
             "server; None: the newest GA version).",
         },
     )
+    identity: Identity | None = field(
+        default=None,
+        metadata={
+            "description": "Who is asking (user_id, groups): sources that trim by permission "
+            "return only what this identity may see. Lives in the run's context only: never "
+            "in the graph state, a checkpoint, a prompt or a filter, so the planner cannot "
+            "read or change it. None: an anonymous caller.",
+            "expects": "an Identity (user_id, groups)",
+        },
+    )
+    enforce_permissions: bool = field(
+        default=False,
+        metadata={
+            "description": "Fail closed: hide documents indexed without permissions, and "
+            "record an error for any source that cannot trim by permission instead of "
+            "searching it unfiltered. Documents with permissions are trimmed either way.",
+        },
+    )
     routing_prompt: str = field(
         default=prompts.ROUTING_AND_PLANNING_PROMPT,
         metadata={
@@ -293,7 +313,16 @@ class Context:
     )
 
     def __post_init__(self) -> None:
-        """Validate types, bounds and prompts so a bad value fails loudly, naming the field."""
+        """Validate types, bounds and prompts so a bad value fails loudly, naming the field.
+
+        An ``identity`` given as a dict (``{"user_id": ..., "groups": [...]}``, as JSON
+        clients such as LangGraph Studio send it) becomes an :class:`Identity`.
+        """
+        if isinstance(self.identity, Mapping):
+            try:
+                self.identity = Identity.model_validate(self.identity)
+            except ValidationError as exc:
+                raise ValueError(f"identity: {exc.errors()[0]['msg']}") from None
         for spec in fields(self):
             _check_field(spec, getattr(self, spec.name))
         if "{passages}" not in self.answer_prompt:

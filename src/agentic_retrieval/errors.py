@@ -8,11 +8,15 @@ that catches those keeps working. The kinds:
   :class:`UnknownKnowledgeSourceError` names a source that does not exist (HTTP 404);
   :class:`ModelRequiredError` asks for an effort or output mode that needs a chat model there
   is not.
+- :class:`IdentityRequiredError`: a knowledge base that requires a caller identity was
+  called without one; :class:`InvalidTokenError`: an identity token does not validate (both
+  HTTP 401).
 - :class:`ConfigurationError`: the library is set up wrong: no chat model, a model that
   cannot be created, an unknown reranker, a missing extra, an embedding model that cannot be
   built, an Azure index that does not match its source.
 - :class:`SourceError`: a knowledge source failed (the graph turns it into an error activity
-  record); :class:`FilterNotSupportedError` when it cannot apply a filter;
+  record); :class:`FilterNotSupportedError` when it cannot apply a filter,
+  :class:`PermissionsNotEnforceableError` when it cannot apply enforced permissions;
   :class:`KnowledgeSourceFailedError` when a source whose ``failOnError`` is set failed, so
   the whole request did (HTTP 424).
 - :class:`ODataError`: a filter that does not parse; :class:`FilterFieldError` one that names
@@ -92,6 +96,17 @@ class ModelRequiredError(InvalidRequestError):
         self.role = role
         self.env_var = env_var
         self.from_request = from_request
+
+
+class IdentityRequiredError(AgenticRetrievalError, PermissionError):
+    """The knowledge base requires a caller identity and the request came without one (401)."""
+
+
+class InvalidTokenError(AgenticRetrievalError, PermissionError):
+    """An identity token that is malformed, expired, wrongly signed or for someone else (401).
+
+    The message says why, never what the token holds.
+    """
 
 
 # --- configuration -------------------------------------------------------------------------
@@ -182,6 +197,18 @@ class FilterNotSupportedError(SourceError, ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__("FilterNotSupported", message)
+
+
+class PermissionsNotEnforceableError(SourceError):
+    """Permissions are enforced and this source cannot apply them (fail closed).
+
+    Raised by a source without permission metadata, or one that cannot express the
+    permission check in its own query language; the graph records it as the source's error
+    and never returns that source's results unfiltered.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("PermissionsNotEnforced", message)
 
 
 class AzureSourceConfigurationError(SourceError, ConfigurationError, ValueError):

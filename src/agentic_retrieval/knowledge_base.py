@@ -8,6 +8,7 @@ translation between the two lives in :mod:`agentic_retrieval.wire.retrieve`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
@@ -17,9 +18,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import StreamMode
 
 from agentic_retrieval.context import Context
+from agentic_retrieval.errors import IdentityRequiredError, InvalidRequestError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.builder import RetrievalGraph, compile_graph
 from agentic_retrieval.graph.sync import run_sync
+from agentic_retrieval.permissions import Identity
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import KnowledgeSource
@@ -49,6 +52,11 @@ class KnowledgeBase:
         answer_model: Overrides ``chat_model`` for answer synthesis.
         reranker: The reranker (default: passthrough of source scores, lexical otherwise).
         defaults: Context used where a request is silent (effort, limits, prompts...).
+        enforce_permissions: Fail closed on permissions (``Context.enforce_permissions``):
+            documents indexed without permissions are hidden, and a source that cannot trim
+            by permission becomes an error record instead of answering unfiltered.
+        require_identity: Refuse requests without an ``identity`` (implies
+            ``enforce_permissions``); the server answers them 401.
     """
 
     def __init__(
@@ -63,10 +71,16 @@ class KnowledgeBase:
         answer_model: BaseChatModel | str | None = None,
         reranker: Reranker | None = None,
         defaults: Context | None = None,
+        enforce_permissions: bool = False,
+        require_identity: bool = False,
     ) -> None:
         self.name = name
         self.description = description
+        self.require_identity = require_identity
+        """Whether every request must come with an identity."""
         self.defaults = defaults or Context()
+        if enforce_permissions or require_identity:
+            self.defaults = dataclasses.replace(self.defaults, enforce_permissions=True)
         self.bindings: Bindings = Bindings.create(
             sources,
             chat_model=chat_model,
@@ -89,6 +103,7 @@ class KnowledgeBase:
         self,
         request: RetrieveRequest | Mapping[str, Any],
         *,
+        identity: Identity | Mapping[str, Any] | None = None,
         config: RunnableConfig | None = None,
         defaults: Context | None = None,
     ) -> RetrieveResponse:
@@ -96,6 +111,9 @@ class KnowledgeBase:
 
         Args:
             request: A :class:`RetrieveRequest` or its JSON shape.
+            identity: Who is asking (``Identity(user_id=..., groups=[...])`` or its dict):
+                sources that trim by permission return only what it may see. It goes into
+                the run's Context, beside the request: the planner never sees it.
             config: Optional LangChain ``RunnableConfig`` (callbacks, tags...).
             defaults: Settings for this call where the request is silent (default: the
                 knowledge base's ``defaults``).
@@ -105,8 +123,9 @@ class KnowledgeBase:
 
         Raises:
             InvalidRequestError: For bad input (the message names the field).
+            IdentityRequiredError: The knowledge base requires an identity and none was given.
         """
-        parsed, context = prepare(request, defaults or self.defaults, self.bindings)
+        parsed, context = self._prepare(request, identity, defaults)
         started = time.time()
         try:
             output = await asyncio.wait_for(
@@ -121,16 +140,39 @@ class KnowledgeBase:
         self,
         request: RetrieveRequest | Mapping[str, Any],
         *,
+        identity: Identity | Mapping[str, Any] | None = None,
         config: RunnableConfig | None = None,
         defaults: Context | None = None,
     ) -> RetrieveResponse:
         """Synchronous :meth:`aretrieve` (safe to call where an event loop is running)."""
-        return run_sync(self.aretrieve(request, config=config, defaults=defaults))
+        return run_sync(
+            self.aretrieve(request, identity=identity, config=config, defaults=defaults)
+        )
+
+    def _prepare(
+        self,
+        request: RetrieveRequest | Mapping[str, Any],
+        identity: Identity | Mapping[str, Any] | None,
+        defaults: Context | None,
+    ) -> tuple[RetrieveRequest, Context]:
+        """Validate the request and derive its run's Context, with the caller's identity."""
+        caller = identity_of(identity)
+        parsed, context = prepare(request, defaults or self.defaults, self.bindings)
+        if caller is not None:
+            context = dataclasses.replace(context, identity=caller)
+        if self.require_identity:
+            if context.identity is None:
+                raise IdentityRequiredError(
+                    f"the knowledge base '{self.name}' requires a caller identity"
+                )
+            context = dataclasses.replace(context, enforce_permissions=True)
+        return parsed, context
 
     async def astream(
         self,
         request: RetrieveRequest | Mapping[str, Any],
         *,
+        identity: Identity | Mapping[str, Any] | None = None,
         config: RunnableConfig | None = None,
         defaults: Context | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
@@ -143,10 +185,11 @@ class KnowledgeBase:
 
         Args:
             request: A :class:`RetrieveRequest` or its JSON shape.
+            identity: Who is asking (see :meth:`aretrieve`).
             config: Optional LangChain ``RunnableConfig`` (callbacks, tags...).
             defaults: Settings for this call where the request is silent.
         """
-        parsed, context = prepare(request, defaults or self.defaults, self.bindings)
+        parsed, context = self._prepare(request, identity, defaults)
         output: dict[str, Any] = {}
         modes: list[StreamMode] = ["custom", "values"]
         stream = self.graph.astream(
@@ -184,3 +227,17 @@ class KnowledgeBase:
                 ``filter``, ``knowledge_sources``).
         """
         return KnowledgeBaseRetriever(knowledge_base=self, **kwargs)
+
+
+def identity_of(identity: Identity | Mapping[str, Any] | None) -> Identity | None:
+    """An :class:`Identity` from itself or its dict (``{"user_id", "groups"}``).
+
+    Raises:
+        InvalidRequestError: A dict that is not a valid identity (naming the field).
+    """
+    if identity is None or isinstance(identity, Identity):
+        return identity
+    try:
+        return Identity.model_validate(identity)
+    except ValueError as exc:
+        raise InvalidRequestError(f"identity: {exc}") from exc

@@ -23,6 +23,7 @@ from pydantic import ConfigDict
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.graph.sync import run_sync
+from agentic_retrieval.permissions import Identity
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 
@@ -46,6 +47,7 @@ class Retrieves(Protocol):
         self,
         request: RetrieveRequest | Mapping[str, Any],
         *,
+        identity: Identity | Mapping[str, Any] | None = None,
         config: RunnableConfig | None = None,
         defaults: Context | None = None,
     ) -> RetrieveResponse:
@@ -63,6 +65,8 @@ class KnowledgeBaseRetriever(BaseRetriever):
         k: Most documents returned (can also be passed per call: ``invoke(q, k=3)``).
         filter: An OData filter applied to every source (as ``filterAddOn``).
         knowledge_sources: Restrict to these sources (default: all).
+        identity: Who is asking: only documents this identity may see come back (see
+            :meth:`KnowledgeBase.aretrieve`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -72,6 +76,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
     k: int = 4
     filter: str | None = None
     knowledge_sources: list[str] | None = None
+    identity: Identity | None = None
 
     def _request(self, query: str) -> dict[str, Any]:
         names = self.knowledge_sources or list(self.knowledge_base.sources)
@@ -110,7 +115,10 @@ class KnowledgeBaseRetriever(BaseRetriever):
         # keep at least k ranked chunks so k documents can come back
         defaults = dataclasses.replace(kb.defaults, top_n=min(200, max(kb.defaults.top_n, k)))
         response = await kb.aretrieve(
-            self._request(query), config=RunnableConfig(callbacks=callbacks), defaults=defaults
+            self._request(query),
+            identity=self.identity,
+            config=RunnableConfig(callbacks=callbacks),
+            defaults=defaults,
         )
         return _documents(response, k)
 

@@ -13,16 +13,23 @@ subset the knowledge source and the indexing helper use:
 - ``GET /indexes('{name}')``, ``POST /indexes``, ``PUT /indexes('{name}')``;
 - ``POST /indexes('{name}')/docs/search.index`` (upload / mergeOrUpload / delete);
 - ``api-key`` header or ``Authorization: Bearer`` authentication (401 otherwise);
+- document-level permissions as Azure applies them: an index whose fields declare
+  ``permissionFilter: userIds`` / ``groupIds`` returns only the documents the token in
+  ``x-ms-query-source-authorization`` may see (its ``oid``/``sub`` and ``groups``, read from
+  the token without verifying it: a stand-in), ``["all"]`` documents to everyone, and
+  without the header only ``["all"]`` documents;
 - failure injection (:meth:`AzureSearchStandIn.fail_next`) for 401, 403, 404, 429 and 503,
   with ``Retry-After`` headers.
 
-Every request is recorded (method, path, query, body; never the key) in ``requests``.
+Every request is recorded (method, path, query, body, the end-user token header; never the
+key) in ``requests``.
 HTTP only by default: the SDK's api-key policy does not insist on https. Pass an
 ``ssl_context`` to serve https (the bearer-token policy refuses plain http).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import ssl
@@ -50,6 +57,8 @@ class RecordedRequest:
     body: Any
     auth: str
     """``api-key``, ``bearer`` or ``none``; the secret itself is not kept."""
+    query_source_authorization: str | None = None
+    """The ``x-ms-query-source-authorization`` header as received (the end user's token)."""
 
 
 @dataclass
@@ -82,6 +91,15 @@ class StandInIndex:
             for f in self.definition["fields"]
             if f.get("searchable", f.get("type") == "Edm.String") and f.get("type") == "Edm.String"
         ]
+
+    def permission_field(self, kind: str) -> str | None:
+        """The field declared ``permissionFilter: kind`` (``userIds``/``groupIds``)."""
+        if self.definition.get("permissionFilterOption") == "disabled":
+            return None
+        return next(
+            (f["name"] for f in self.definition["fields"] if f.get("permissionFilter") == kind),
+            None,
+        )
 
     @property
     def semantic_configurations(self) -> set[str]:
@@ -135,6 +153,32 @@ def index_definition(
 
 def _terms(text: str) -> list[str]:
     return [t.lower() for t in _WORD.findall(text)]
+
+
+def _claims(header: str | None) -> dict[str, Any] | None:
+    """The claims of the token in the header (not verified: Azure's side of the check)."""
+    if not header:
+        return None
+    token = header.removeprefix("Bearer ").strip()
+    try:
+        payload = token.split(".")[1]
+        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError):
+        return {}
+
+
+def _permitted(index: StandInIndex, document: Mapping[str, Any], claims: Any) -> bool:
+    users, groups = index.permission_field("userIds"), index.permission_field("groupIds")
+    if users is None and groups is None:
+        return True
+    allowed_users = set(document.get(users) or []) if users else set()
+    allowed_groups = set(document.get(groups) or []) if groups else set()
+    if "all" in allowed_users | allowed_groups:
+        return True
+    if not claims:
+        return False
+    user = claims.get("oid") or claims.get("sub")
+    return user in allowed_users or bool(allowed_groups & set(claims.get("groups") or []))
 
 
 class AzureSearchStandIn:
@@ -247,8 +291,10 @@ class AzureSearchStandIn:
         body = json.loads(raw) if raw else None
         auth = self._auth_kind(handler)
         path = unquote(url.path)
+        user_token = handler.headers.get("x-ms-query-source-authorization")
+        recorded = RecordedRequest(method, path, parse_qs(url.query), body, auth, user_token)
         with self._lock:
-            self.requests.append(RecordedRequest(method, path, parse_qs(url.query), body, auth))
+            self.requests.append(recorded)
             failure = self._failures.popleft() if self._failures else None
         if failure is not None:
             self._send_error(
@@ -262,7 +308,7 @@ class AzureSearchStandIn:
         if auth == "none":
             self._send_error(handler, 401, "Unauthorized", "Access denied due to invalid key.")
             return
-        status, payload = self._route(method, path, body)
+        status, payload = self._route(method, path, body, user_token)
         if status >= 400:
             self._send_error(handler, status, payload["code"], payload["message"])
         else:
@@ -276,7 +322,9 @@ class AzureSearchStandIn:
             return "bearer"
         return "none"
 
-    def _route(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+    def _route(
+        self, method: str, path: str, body: Any, user_token: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
         match = _INDEX_PATH.match(path)
         if match is None:
             return 404, {"code": "NotFound", "message": f"no route for {path}"}
@@ -294,7 +342,7 @@ class AzureSearchStandIn:
         if rest == "" and method == "GET":
             return 200, index.definition
         if method == "POST" and rest in ("/docs/search.post.search", "/docs/search"):
-            return self._search(index, body or {})
+            return self._search(index, body or {}, _claims(user_token))
         if method == "POST" and rest == "/docs/search.index":
             return self._index_documents(index, body or {})
         return 404, {"code": "NotFound", "message": f"no route for {method} {path}"}
@@ -322,7 +370,9 @@ class AzureSearchStandIn:
             results.append({"key": key, "status": True, "statusCode": 201})
         return 200, {"value": results}
 
-    def _search(self, index: StandInIndex, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _search(
+        self, index: StandInIndex, body: dict[str, Any], claims: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
         select = body.get("select")
         selected = select.split(",") if select else sorted(index.field_names)
         unknown = [f for f in selected if f not in index.field_names]
@@ -356,6 +406,7 @@ class AzureSearchStandIn:
         scored = self._score(index, body.get("search") or "*", semantic)
         if predicate is not None:
             scored = [s for s in scored if evaluate_filter(predicate, s[2])]
+        scored = [s for s in scored if _permitted(index, s[2], claims)]
         top = int(body.get("top") or 50)
         values = []
         for score, reranker, document, caption in scored[:top]:

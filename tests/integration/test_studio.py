@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.state import NO_MODEL_NOTE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -41,6 +42,10 @@ def small_kb(root: Path) -> Path:
     directory = KnowledgeBaseDirectory(root / "kb").create(name="studio-test")
     directory.add_or_update_source("guides", description="Ferry and parking guides.")
     directory.index("guides", [docs])
+    staff = root / "staff"
+    staff.mkdir()
+    (staff / "payroll.md").write_text("# Payroll\n\nFerry crews are paid on the 25th.\n")
+    directory.index("guides", [staff], permissions=Permissions(group_ids=("payroll",)))
     directory.close()
     return root / "kb"
 
@@ -184,6 +189,32 @@ async def test_a_second_turn_on_a_thread_does_not_inherit_the_first_turns_inputs
     assert [m["type"] for m in state["values"]["messages"]] == ["ai", "human", "ai"]
     assert "intents" not in state["values"]
     assert "knowledge_source_params" not in state["values"]
+
+
+async def test_an_identity_given_in_one_turns_context_is_gone_in_the_next(dev_server):
+    """Issue 9 §1 extended to identity: it lives in the run's context, never in the thread."""
+    from langgraph_sdk import get_client
+
+    client = get_client(url=dev_server)
+    thread = await client.threads.create()
+    question = {"messages": [{"role": "user", "content": "When are ferry crews paid?"}]}
+    payroll = {"user_id": "clerk-7f3a9", "groups": ["payroll"]}
+    first = await client.runs.wait(
+        thread["thread_id"],
+        "agentic_retrieval",
+        input=question,
+        context={"reasoning_effort": "minimal", "identity": payroll},
+    )
+    assert first["references"][0]["docKey"] == "staff-payroll-md-0"
+    second = await client.runs.wait(
+        thread["thread_id"],
+        "agentic_retrieval",
+        input=question,
+        context={"reasoning_effort": "minimal"},
+    )
+    assert "staff-payroll-md-0" not in [r["docKey"] for r in second["references"]]
+    state = await client.threads.get_state(thread["thread_id"])
+    assert "identity" not in state["values"] and "clerk-7f3a9" not in str(state)
 
 
 async def test_the_graph_schema_exposes_the_context(dev_server):

@@ -207,7 +207,7 @@ def test_server_answers_other_library_errors_with_500_and_no_internals(monkeypat
 def test_event_stream_maps_library_errors_like_plain_responses(monkeypatch):
     from agentic_retrieval.knowledge_base import KnowledgeBase
 
-    async def failing_stream(self, request):
+    async def failing_stream(self, request, **kwargs):
         yield {"event": "planning", "question": "x"}
         raise UnknownKnowledgeSourceError("unknown knowledge source 'x'")
 

@@ -324,7 +324,7 @@ def test_event_stream_validation_errors_are_plain_400():
 def test_event_stream_reports_a_failing_run_as_an_error_event(monkeypatch):
     from agentic_retrieval.knowledge_base import KnowledgeBase
 
-    async def broken_stream(self, request):
+    async def broken_stream(self, request, **kwargs):
         yield {"event": "planning", "question": "x"}
         raise RuntimeError("provider exploded")
 

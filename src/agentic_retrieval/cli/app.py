@@ -35,6 +35,7 @@ from agentic_retrieval.errors import (
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import Expr, check_fields, parse_filter
+from agentic_retrieval.permissions import Identity
 from agentic_retrieval.sources.base import TypedFilterableKnowledgeSource
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
@@ -249,6 +250,30 @@ def index(
     max_runtime: MaxRuntimeOption = None,
     max_output_documents: MaxOutputDocumentsOption = None,
     max_output_tokens: MaxOutputTokensOption = None,
+    allow_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-user",
+            help="Only this user id (and the other allowed users and groups) may see these "
+            "documents (repeatable). A file's NAME.permissions.json sidecar, or a record's "
+            "--user-ids-field/--group-ids-field, overrides it.",
+        ),
+    ] = None,
+    allow_group: Annotated[
+        list[str] | None,
+        typer.Option("--allow-group", help="Members of this group id may see them (repeatable)."),
+    ] = None,
+    public: Annotated[
+        bool, typer.Option("--public", help="Everyone may see these documents.")
+    ] = False,
+    user_ids_field: Annotated[
+        str | None,
+        typer.Option(help="Record field listing the user ids allowed to see the record."),
+    ] = None,
+    group_ids_field: Annotated[
+        str | None,
+        typer.Option(help="Record field listing the group ids allowed to see the record."),
+    ] = None,
 ) -> None:
     """Create or update source NAME of the knowledge base in DIR from files, folders or records.
 
@@ -257,16 +282,22 @@ def index(
     removed too. Files (or records) that fail and files of unsupported types are named on
     stderr. Exit code 1 when nothing could be indexed (a new, empty source is not left
     behind), or with --strict when any file failed or was skipped.
+    Without --allow-user, --allow-group or --public (or a sidecar or permission field),
+    documents keep the permissions they had; new ones have none.
     """
     from agentic_retrieval.cli.indexing import (
         check_records_file,
         embedding_choice,
         embeddings_for_indexing,
+        permissions_choice,
     )
 
     one_line_logging()
 
     metadata = parse_metadata(meta or [])
+    permissions = permissions_choice(allow_user or [], allow_group or [], public)
+    if (user_ids_field or group_ids_field) and records is None:
+        raise UserError("--user-ids-field and --group-ids-field apply to --records")
     paths = list(paths or [])
     model = embedding_choice(embeddings, no_embeddings, paths, warn=err)
     if not paths and records is None:
@@ -298,7 +329,12 @@ def index(
         if paths:
             with _index_progress(f"indexing into {source}") as progress:
                 report = directory.index(
-                    source, paths, metadata=metadata or None, progress=progress, embeddings=vectors
+                    source,
+                    paths,
+                    metadata=metadata or None,
+                    progress=progress,
+                    embeddings=vectors,
+                    permissions=permissions,
                 )
             _print_report(source, report)
             _report_problems(report)
@@ -308,10 +344,17 @@ def index(
                 report = directory.index_records(
                     source,
                     records,
-                    fields=RecordFields.of(id_field, title_field, text_field),
+                    fields=RecordFields.of(
+                        id_field,
+                        title_field,
+                        text_field,
+                        user_ids_field=user_ids_field,
+                        group_ids_field=group_ids_field,
+                    ),
                     metadata=metadata or None,
                     progress=progress,
                     embeddings=vectors,
+                    permissions=permissions,
                 )
             _print_report(source, report, noun="records")
             _report_problems(report, noun="records")
@@ -554,10 +597,30 @@ def retrieve(
             max=1000,
         ),
     ] = None,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", help="Retrieve as this user id (only what it may see)."),
+    ] = None,
+    group: Annotated[
+        list[str] | None,
+        typer.Option("--group", help="A group id of that user (repeatable)."),
+    ] = None,
+    enforce_permissions: Annotated[
+        bool,
+        typer.Option(
+            "--enforce-permissions",
+            help="Fail closed: hide documents indexed without permissions.",
+        ),
+    ] = False,
 ) -> None:
-    """Run agentic retrieval for QUESTION over the knowledge base in DIR."""
+    """Run agentic retrieval for QUESTION over the knowledge base in DIR.
+
+    Without --user or --group, only documents without permissions or marked public are
+    searched; documents with permissions need an identity that they allow.
+    """
     from agentic_retrieval.kb.loader import open_knowledge_base
 
+    identity = _identity(user, group or [])
     _check_choice("--effort", effort, EFFORTS)
     _check_choice("--output-mode", output_mode, OUTPUT_MODES)
     if not question.strip():
@@ -577,6 +640,9 @@ def retrieve(
     knowledge_base = open_knowledge_base(kb, sources=source)
     if expr is not None:
         check_filter_fields(knowledge_base, expr)
+    knowledge_base = open_knowledge_base(
+        kb, sources=source, enforce_permissions=enforce_permissions
+    )
     request = build_request(
         knowledge_base,
         question,
@@ -587,11 +653,13 @@ def retrieve(
         max_output_documents=max_output_documents,
     )
     if as_json:
-        response = run_retrieve(knowledge_base, request, on_event=None)
+        response = run_retrieve(knowledge_base, request, on_event=None, identity=identity)
         sys.stdout.write(json.dumps(response.to_wire(), ensure_ascii=False) + "\n")
     else:
         with err.status("retrieving…") as status:
-            response = run_retrieve(knowledge_base, request, on_event=_status_updater(status))
+            response = run_retrieve(
+                knowledge_base, request, on_event=_status_updater(status), identity=identity
+            )
         render_response(response, question)
     for warning in effort_warnings(response):
         err.print(f"note: {warning}", markup=False, soft_wrap=True)
@@ -627,6 +695,15 @@ def check_filter_fields(kb: KnowledgeBase, expr: Expr) -> None:
         raise UserError(f"--filter: {exc.detail}") from None
 
 
+def _identity(user: str | None, groups: list[str]) -> Identity | None:
+    if user is None and not groups:
+        return None
+    try:
+        return Identity(user_id=user, groups=tuple(groups))
+    except ValueError as exc:
+        raise UserError(f"--user/--group: {exc}") from None
+
+
 def _check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> None:
     if value is not None and value not in choices:
         raise UserError(f"{option} must be one of {', '.join(choices)}, not {value!r}")
@@ -658,6 +735,7 @@ def run_retrieve(
     kb: KnowledgeBase,
     request: dict[str, Any],
     on_event: Callable[[dict[str, Any]], None] | None,
+    identity: Identity | None = None,
 ) -> RetrieveResponse:
     """Run ``request``, reporting progress events to ``on_event``; bounded by its runtime.
 
@@ -670,12 +748,12 @@ def run_retrieve(
     except ModelRequiredError as exc:
         raise UserError(model_required_message(exc)) from None
     if on_event is None:
-        return asyncio.run(kb.aretrieve(parsed))
+        return asyncio.run(kb.aretrieve(parsed, identity=identity))
 
     async def stream() -> RetrieveResponse:
         final: dict[str, Any] = {}
         status = 200
-        async for event in kb.astream(parsed):
+        async for event in kb.astream(parsed, identity=identity):
             if event.get("event") == "response":
                 final, status = event["response"], int(event.get("status", 200))
             else:
@@ -857,6 +935,45 @@ def serve(
     max_upload_bytes: Annotated[
         int, typer.Option(help="Largest document batch or uploaded file.")
     ] = 16 * 1024 * 1024,
+    query_key_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--query-key-for",
+            help="KB:KEY, a query key that may only retrieve from knowledge base KB "
+            "(repeatable; repeat a key to allow it several knowledge bases).",
+        ),
+    ] = None,
+    jwt_issuer: Annotated[
+        str | None,
+        typer.Option(help="Identity tokens: the required 'iss' ($AGENTIC_RETRIEVAL_JWT_ISSUER)."),
+    ] = None,
+    jwt_audience: Annotated[
+        str | None,
+        typer.Option(help="Identity tokens: a required 'aud' ($AGENTIC_RETRIEVAL_JWT_AUDIENCE)."),
+    ] = None,
+    jwt_jwks: Annotated[
+        str | None,
+        typer.Option(
+            help="Identity tokens: a JWKS file or https URL with the signing keys "
+            "($AGENTIC_RETRIEVAL_JWT_JWKS; or a shared secret in $AGENTIC_RETRIEVAL_JWT_SECRET)."
+        ),
+    ] = None,
+    enforce_permissions: Annotated[
+        bool | None,
+        typer.Option(
+            "--enforce-permissions/--no-enforce-permissions",
+            help="Fail closed on document permissions (default: on when identity tokens are "
+            "configured; $AGENTIC_RETRIEVAL_ENFORCE_PERMISSIONS).",
+        ),
+    ] = None,
+    require_identity: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--require-identity",
+            help="Knowledge base that answers 401 without an identity token (repeatable; "
+            "'*' for all; $AGENTIC_RETRIEVAL_REQUIRE_IDENTITY, comma-separated).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the retrieve REST API, the management API (--data) and MCP (--kb)."""
     server = _server_extra()
@@ -864,17 +981,32 @@ def serve(
     if not kb and data is None:
         raise UserError("give --data DIR (a service data directory) and/or --kb DIR")
     names = _served_names(kb or [], data)
-    settings = server.ServerSettings(
-        api_keys=list(api_key or []),
-        query_keys=list(query_key or []),
-        max_in_flight=max_in_flight,
-        max_body_bytes=max_body_bytes,
-        max_upload_bytes=max_upload_bytes,
-        host=host,
+    from agentic_retrieval.cli.serving import access_options
+
+    access = access_options(
+        jwt_issuer, jwt_audience, jwt_jwks, enforce_permissions, require_identity
     )
+    try:
+        settings = server.ServerSettings(
+            api_keys=list(api_key or []),
+            query_keys=list(query_key or []),
+            scoped_query_keys=list(query_key_for or []),
+            max_in_flight=max_in_flight,
+            max_body_bytes=max_body_bytes,
+            max_upload_bytes=max_upload_bytes,
+            host=host,
+            **access,
+        )
+        settings.access_policy()  # a JWKS file that cannot be read fails here, in one line
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     build = functools.partial(build_server_app, list(kb or []), data, settings)
     if not settings.keys().enabled:
         err.print("warning: no API key configured; the server accepts every request")
+    if settings.tokens is not None:
+        from agentic_retrieval.server.tokens import describe
+
+        err.print(f"identity tokens: {describe(settings.tokens)}")
     where = f"http://{host}:{port}"
     if not names:
         err.print(f"serving no knowledge base yet on {where}")

@@ -1,4 +1,4 @@
-"""Option handling of ``agentic-retrieval index``: the embedding model and the records file."""
+"""Option handling of ``agentic-retrieval index``: embedding model, records file, permissions."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from rich.console import Console
 
 from agentic_retrieval.cli.app import UserError
 from agentic_retrieval.embeddings import LOCAL, check_embeddings_name
+from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.records import RECORD_FORMATS
 
 
@@ -76,3 +77,23 @@ def check_records_file(path: Path) -> None:
     if not path.is_file():
         reason = "not a regular file" if path.exists() else "no such file"
         raise UserError(f"--records {path}: {reason}")
+
+
+def permissions_choice(users: list[str], groups: list[str], public: bool) -> Permissions | None:
+    """The permissions ``--allow-user``, ``--allow-group`` and ``--public`` give.
+
+    ``None`` when none is given: documents keep the permissions they had.
+
+    Raises:
+        UserError: ``--public`` together with named users or groups, or a malformed id.
+    """
+    if public and (users or groups):
+        raise UserError("--public contradicts --allow-user/--allow-group (public: everyone)")
+    if public:
+        return Permissions(public=True)
+    if not users and not groups:
+        return None
+    try:
+        return Permissions.from_lists(users, groups)
+    except ValueError as exc:
+        raise UserError(f"--allow-user/--allow-group: {exc}") from None

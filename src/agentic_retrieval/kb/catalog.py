@@ -150,17 +150,23 @@ class ServiceCatalog:
         if params is None or documents is None:
             return None
         index = documents.index
+        hidden = {f.name for f in index.fields if f.permission_filter}
+        chosen = [f.name for f in params.source_data_fields or [] if f.name not in hidden]
         return DocumentKnowledgeSource(
             definition.name,
             documents.documents,
             kind="searchIndex",
             description=definition.description or index.description or "",
             base_filter=params.base_filter,
-            source_data_fields=[f.name for f in params.source_data_fields or []] or None,
+            source_data_fields=chosen or None,
             retrievable_fields=[
-                f.name for f in index.fields if f.is_retrievable and not f.is_vector
+                f.name
+                for f in index.fields
+                if f.is_retrievable and not f.is_vector and not f.permission_filter
             ],
-            filterable_fields=[f.name for f in index.fields if f.is_filterable],
+            filterable_fields=[
+                f.name for f in index.fields if f.is_filterable and not f.permission_filter
+            ],
             index_name=index.name,
         )
 

@@ -108,6 +108,9 @@ class IndexField(BaseModel):
     vector_search_profile: str | None = None
     vector_encoding: str | None = None
     fields: list[dict[str, Any]] | None = None
+    permission_filter: Literal["userIds", "groupIds", "rbacScope"] | None = None
+    """The field lists the user or group ids allowed to see a document (document-level
+    permissions; ``rbacScope`` is not supported here)."""
 
     @field_validator("name")
     @classmethod
@@ -174,6 +177,17 @@ class IndexDefinition(Definition):
     normalizers: list[dict[str, Any]] | None = None
     encryption_key: dict[str, Any] | None = None
     similarity: dict[str, Any] | None = None
+    permission_filter_option: Literal["enabled", "disabled"] | None = None
+    """Whether the ``permissionFilter`` fields trim searches. Unlike Azure (where an unset
+    option leaves documents unfiltered), an index with permission fields trims unless this
+    is ``disabled``: fail closed."""
+
+    @property
+    def permission_fields(self) -> dict[str, str]:
+        """``{"userIds": field, "groupIds": field}`` when permissions apply (else empty)."""
+        if self.permission_filter_option == "disabled":
+            return {}
+        return {f.permission_filter: f.name for f in self.fields if f.permission_filter}
 
     @property
     def key_field(self) -> IndexField:
@@ -233,6 +247,12 @@ class FileParameters(BaseModel):
     ingestion_parameters: dict[str, Any] | None = None
     query_hints: dict[str, Any] | None = None
     created_resources: dict[str, Any] | None = None
+
+    @property
+    def permission_options(self) -> frozenset[str]:
+        """``ingestionPermissionOptions``: the permission ids uploads carry."""
+        options = (self.ingestion_parameters or {}).get("ingestionPermissionOptions") or []
+        return frozenset(options)
 
 
 class KnowledgeSourceDefinition(Definition):
@@ -400,7 +420,28 @@ def parse_index(body: dict[str, Any], name: str | None = None) -> IndexDefinitio
     for field in vectors:
         if field.dimensions is None:
             raise InvalidDefinitionError(f"fields: vector field {field.name!r} needs 'dimensions'")
+    _check_permission_fields(index)
     return index
+
+
+def _check_permission_fields(index: IndexDefinition) -> None:
+    kinds = [f.permission_filter for f in index.fields if f.permission_filter]
+    for field in index.fields:
+        if field.permission_filter == "rbacScope":
+            raise InvalidDefinitionError(
+                f"fields.{field.name}.permissionFilter: rbacScope (Azure RBAC scopes) is not "
+                "supported by this service; use userIds or groupIds"
+            )
+        if field.permission_filter and field.type != "Collection(Edm.String)":
+            raise InvalidDefinitionError(
+                f"fields.{field.name}: a {field.permission_filter} permission field must be of "
+                "type Collection(Edm.String)"
+            )
+    repeated = sorted({k for k in kinds if kinds.count(k) > 1})
+    if repeated:
+        raise InvalidDefinitionError(
+            f"fields: at most one field per permissionFilter type; {', '.join(repeated)} repeats"
+        )
 
 
 def parse_knowledge_source(
@@ -436,7 +477,28 @@ def parse_knowledge_source(
         raise InvalidDefinitionError(
             "fileParameters: not allowed on a searchIndex knowledge source"
         )
+    if source.file_parameters is not None:
+        _check_permission_options(source.file_parameters)
     return source
+
+
+PERMISSION_OPTIONS = ("userIds", "groupIds")
+"""The ``ingestionPermissionOptions`` this service ingests (from each upload's metadata)."""
+
+
+def _check_permission_options(parameters: FileParameters) -> None:
+    where = "fileParameters.ingestionParameters.ingestionPermissionOptions"
+    raw = (parameters.ingestion_parameters or {}).get("ingestionPermissionOptions")
+    if raw is None:
+        return
+    if not isinstance(raw, list) or not all(isinstance(o, str) for o in raw):
+        raise InvalidDefinitionError(f"{where}: a list of permission types")
+    unsupported = sorted(set(raw) - set(PERMISSION_OPTIONS))
+    if unsupported:
+        raise InvalidDefinitionError(
+            f"{where}: {', '.join(unsupported)} not supported by this service (supported: "
+            f"{', '.join(PERMISSION_OPTIONS)}, given with each uploaded file)"
+        )
 
 
 def parse_knowledge_base(body: dict[str, Any], name: str | None = None) -> KnowledgeBaseDefinition:

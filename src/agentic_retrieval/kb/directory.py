@@ -54,6 +54,7 @@ from agentic_retrieval.embeddings import (
 from agentic_retrieval.errors import EmbeddingsConfigError
 from agentic_retrieval.errors import KnowledgeBaseDirectoryError as KnowledgeBaseDirectoryError
 from agentic_retrieval.kb.definitions import KnowledgeBaseSettings, describe_validation_error
+from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local import (
     IndexReport,
     LocalKnowledgeSource,
@@ -398,6 +399,7 @@ class KnowledgeBaseDirectory:
         metadata: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
         embeddings: EmbeddingsChoice = None,
+        permissions: Permissions | None = None,
     ) -> IndexReport:
         """Index files and folders into one source (incrementally).
 
@@ -405,7 +407,7 @@ class KnowledgeBaseDirectory:
             KnowledgeBaseDirectoryError: Unknown source name.
         """
         source = self.open_source(source_name, embeddings, create=True)
-        report = source.index(paths, metadata=metadata, progress=progress)
+        report = source.index(paths, metadata=metadata, progress=progress, permissions=permissions)
         self._record_dimension(source_name, source)
         return report
 
@@ -418,6 +420,7 @@ class KnowledgeBaseDirectory:
         metadata: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
         embeddings: EmbeddingsChoice = None,
+        permissions: Permissions | None = None,
     ) -> IndexReport:
         """Index a JSONL / JSON / CSV / TSV records file into one source (incrementally).
 
@@ -426,7 +429,9 @@ class KnowledgeBaseDirectory:
             RecordError: The file is missing, of an unknown format or unreadable as a whole.
         """
         source = self.open_source(source_name, embeddings, create=True)
-        report = source.index_records(path, fields=fields, metadata=metadata, progress=progress)
+        report = source.index_records(
+            path, fields=fields, metadata=metadata, progress=progress, permissions=permissions
+        )
         self._record_dimension(source_name, source)
         return report
 

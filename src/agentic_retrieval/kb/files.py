@@ -9,13 +9,18 @@ directory part, with a trailing ``/``), ``fileSizeBytes``, ``createdAt``,
 ``lastUpdatedAt``, ``metadata`` (returned, not searchable), ``parsingMode`` and
 ``extractionMode``. Uploading content identical to what a file already holds (same name and
 metadata too) is skipped.
+
+Permissions: a source whose ``ingestionPermissionOptions`` lists ``userIds`` and/or
+``groupIds`` takes them with every upload (``["all"]``: everyone) and stores them as the
+file's permissions; an upload without them is refused rather than stored for nobody, and
+ids sent to a source that does not ingest them are refused rather than dropped.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -31,6 +36,7 @@ from agentic_retrieval.errors import (
     UnreadableFileError,
     UnsupportedFileError,
 )
+from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.documents import DocumentStore
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS, LoadedDocument, load_file
 
@@ -47,11 +53,15 @@ MAX_FILE_NAME = 1024
 
 @dataclass(frozen=True, slots=True)
 class FileUpload:
-    """One upload: the file's name (may hold a path), its bytes and its metadata."""
+    """One upload: the file's name (may hold a path), its bytes, metadata and permission ids."""
 
     file_name: str
     content: bytes
     metadata: Mapping[str, str]
+    user_ids: Sequence[str] | None = None
+    """``userIds`` sent with the file (``None``: not sent)."""
+    group_ids: Sequence[str] | None = None
+    """``groupIds`` sent with the file (``None``: not sent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +79,22 @@ class SourceFiles:
         documents: The source's store.
         max_file_bytes: Largest file accepted.
         max_files: Most files the source holds.
+        permission_options: The source's ``ingestionPermissionOptions`` (``userIds``,
+            ``groupIds``): the permission ids every upload must carry.
     """
 
-    def __init__(self, documents: DocumentStore, *, max_file_bytes: int, max_files: int) -> None:
+    def __init__(
+        self,
+        documents: DocumentStore,
+        *,
+        max_file_bytes: int,
+        max_files: int,
+        permission_options: frozenset[str] = frozenset(),
+    ) -> None:
         self.documents = documents
         self.max_file_bytes = max_file_bytes
         self.max_files = max_files
+        self.permission_options = permission_options
 
     def upload(self, upload: FileUpload) -> FileOutcome:
         """Add a new file.
@@ -171,6 +191,36 @@ class SourceFiles:
                 f"fileName: files of type {suffix or '(none)'!r} cannot be converted to text; "
                 f"supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
             )
+        self.permissions(upload)
+
+    def permissions(self, upload: FileUpload) -> Permissions | None:
+        """The permissions an upload gives its file (``None``: the source takes none).
+
+        Raises:
+            InvalidRequestError: Ids the source does not ingest, none where it does, or
+                malformed ids.
+        """
+        sent = {"userIds": upload.user_ids, "groupIds": upload.group_ids}
+        extra = sorted(
+            k for k, v in sent.items() if v is not None and k not in self.permission_options
+        )
+        if extra:
+            raise InvalidRequestError(
+                f"metadata.{extra[0]}: this knowledge source does not ingest {extra[0]} (its "
+                "ingestionPermissionOptions do not list it); they would be dropped"
+            )
+        if not self.permission_options:
+            return None
+        if all(sent[k] is None for k in self.permission_options):
+            wanted = " and/or ".join(sorted(self.permission_options))
+            raise InvalidRequestError(
+                f"metadata: this knowledge source ingests permissions: send {wanted} with the "
+                'file (["all"] for everyone) in the multipart metadata part'
+            )
+        try:
+            return Permissions.from_lists(upload.user_ids, upload.group_ids)
+        except ValueError as exc:
+            raise InvalidRequestError(f"metadata: {exc}") from exc
 
     def _current(self, file_id: str) -> dict[str, Any]:
         current = self.documents.get(file_id)
@@ -205,12 +255,16 @@ class SourceFiles:
             "extractionMode": "minimal",
             "contentHash": _digest(upload),
         }
+        permissions = self.permissions(upload)
+        if permissions is not None:
+            described.update(permissions.to_wire())
         self.documents.put(
             file_id,
             stored=described,
             title=document.title,
             sections=document.sections,
             fields={"file_id": file_id, "file_name": upload.file_name, "title": document.title},
+            permissions=permissions,
         )
         return FileOutcome(public(described), indexed=True)
 
@@ -242,6 +296,7 @@ def _digest(upload: FileUpload) -> str:
     digest = hashlib.sha256(upload.content)
     digest.update(upload.file_name.encode())
     digest.update(repr(sorted(upload.metadata.items())).encode())
+    digest.update(repr((upload.user_ids, upload.group_ids)).encode())
     return digest.hexdigest()
 
 

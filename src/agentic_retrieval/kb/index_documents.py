@@ -11,6 +11,12 @@
 A document's text is its searchable fields (the semantic configuration's title field as the
 title, the other searchable fields as the content); its filterable fields become the chunk
 metadata that OData filters read.
+
+Permissions: the fields an index marks ``permissionFilter: userIds`` / ``groupIds`` hold the
+ids allowed to see a document (``["all"]``: everyone; missing or empty: nobody, as in
+Azure). They become the document's permissions in the store, not chunk metadata: reads take
+the caller's :class:`~agentic_retrieval.permissions.Access`, a lookup of a document the caller
+may not see is a 404, and only an elevated (admin) caller reads the permission fields back.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from agentic_retrieval.odata import (
     SearchIn,
     parse_filter,
 )
+from agentic_retrieval.permissions import Access, Permissions
 from agentic_retrieval.sources.local.documents import DocumentStore
 from agentic_retrieval.sources.local.loaders import Section
 
@@ -102,6 +109,9 @@ class IndexDocuments:
         self.key_name = index.key_field.name
         self._fields = {f.name: f for f in index.fields}
         self._title = index.title_field()
+        self._permission_fields = index.permission_fields
+        self._hidden = {f.name for f in index.fields if f.permission_filter}
+        """Permission fields: never chunk metadata, read back by elevated callers only."""
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -193,31 +203,58 @@ class IndexDocuments:
             fields={
                 spec.name: document.get(spec.name)
                 for spec in self.index.fields
-                if spec.is_filterable
+                if spec.is_filterable and spec.name not in self._hidden
             },
             vector=vector,
+            permissions=self._permissions_of(document),
+        )
+
+    def _permissions_of(self, document: dict[str, Any]) -> Permissions | None:
+        """The document's permissions from its permission fields (``None``: none apply)."""
+        if not self._permission_fields:
+            return None
+        users = self._permission_fields.get("userIds")
+        groups = self._permission_fields.get("groupIds")
+        return Permissions.from_lists(
+            document.get(users) or [] if users else [],
+            document.get(groups) or [] if groups else [],
         )
 
     # --- reads ------------------------------------------------------------------------------
 
-    def lookup(self, key: str, select: Sequence[str] | None = None) -> dict[str, Any] | None:
-        """The document with ``key`` (its retrievable or selected fields), if any."""
-        names = self._selected(select)
+    def lookup(
+        self, key: str, select: Sequence[str] | None = None, *, access: Access
+    ) -> dict[str, Any] | None:
+        """The document with ``key`` (its retrievable or selected fields), if any.
+
+        A document ``access`` may not see is reported absent: its existence is not revealed.
+        """
+        names = self._selected(select, access)
         document = self.documents.get(key)
-        return _project(document, names) if document is not None else None
+        if document is None or not access.may_see(self.documents.permissions(key)):
+            return None
+        return _project(document, names)
 
     def count(self) -> int:
         """How many documents the index holds."""
         return self.documents.count()
 
-    def search(self, params: SearchParameters) -> dict[str, Any]:
-        """Run a search; return the response body (``value``, ``@odata.count``...).
+    def count_visible(self, access: Access) -> int:
+        """How many documents ``access`` may see."""
+        if access.elevated:
+            return self.documents.count()
+        return self.documents.count_matches("*", access=access)
+
+    def search(self, params: SearchParameters, *, access: Access) -> dict[str, Any]:
+        """Run a search for the caller ``access``; return the response body.
 
         Raises:
             InvalidRequestError: A bad filter, an unknown or non-filterable field, an
                 unknown or non-retrievable selected field, a vector of the wrong size.
+            PermissionsNotEnforceableError: ``access`` enforces permissions and the index
+                has none.
         """
-        names = self._selected(params.select)
+        names = self._selected(params.select, access)
         expr = self._filter(params.filter)
         vector = self._query_vector(params.vector)
         page = params.top if params.top is not None else DEFAULT_PAGE
@@ -229,11 +266,14 @@ class IndexDocuments:
             skip=params.skip,
             filter_expr=expr,
             vector=vector,
+            access=access,
         )
         more = params.top is None and len(hits) > page
         body: dict[str, Any] = {}
         if params.count:
-            body["@odata.count"] = self.documents.count_matches(params.search or "*", expr)
+            body["@odata.count"] = self.documents.count_matches(
+                params.search or "*", expr, access=access
+            )
         browse = (params.search or "*").strip() in ("", "*") and vector is None
         body["value"] = [
             {
@@ -253,14 +293,18 @@ class IndexDocuments:
             }
         return body
 
-    def _selected(self, select: Sequence[str] | None) -> list[str]:
+    def _selected(self, select: Sequence[str] | None, access: Access) -> list[str]:
+        readable = [
+            f.name
+            for f in self.index.fields
+            if f.is_retrievable and (access.elevated or f.name not in self._hidden)
+        ]
         if not select or list(select) == ["*"]:
-            return [f.name for f in self.index.fields if f.is_retrievable]
+            return readable
         for name in select:
-            spec = self._fields.get(name)
-            if spec is None:
+            if name not in self._fields:
                 raise InvalidRequestError(f"select: the index has no field {name!r}")
-            if not spec.is_retrievable:
+            if name not in readable:
                 raise InvalidRequestError(f"select: field {name!r} is not retrievable")
         return list(select)
 
@@ -277,6 +321,11 @@ class IndexDocuments:
                 raise InvalidRequestError(f"filter: the index has no field {name!r}")
             if not spec.is_filterable:
                 raise InvalidRequestError(f"filter: field {name!r} is not filterable")
+            if name in self._hidden:
+                raise InvalidRequestError(
+                    f"filter: {name!r} is a permission field; permissions are applied from "
+                    "the caller's identity, not from filters"
+                )
         return expr
 
     def _query_vector(self, vector: Sequence[float] | None) -> list[float] | None:

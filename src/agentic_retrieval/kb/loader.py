@@ -39,6 +39,7 @@ def open_knowledge_base(
     chat_model: BaseChatModel | str | None = None,
     embeddings: EmbeddingsChoice = None,
     reranker: Reranker | str | None = None,
+    enforce_permissions: bool = False,
 ) -> KnowledgeBase:
     """Open the knowledge base stored in directory ``path``.
 
@@ -51,6 +52,8 @@ def open_knowledge_base(
             :data:`~agentic_retrieval.kb.directory.EmbeddingsChoice`).
         reranker: A reranker, or a name from :data:`~agentic_retrieval.rerankers.registry.
             RERANKER_NAMES` (default: ``$AGENTIC_RETRIEVAL_RERANKER``, else ``default``).
+        enforce_permissions: Fail closed on document permissions (see
+            :class:`~agentic_retrieval.KnowledgeBase`).
 
     Without ``sources``, the knowledge base follows its directory's manifest: a source that
     ``agentic-retrieval index`` adds while a server runs is searched within a second, a
@@ -77,6 +80,7 @@ def open_knowledge_base(
         chat_model=chat_model,
         reranker=chosen,
         defaults=directory.settings.context(),
+        enforce_permissions=enforce_permissions,
     )
     if live is not None:
         kb.bindings.sources = live  # the graph reads its sources here on every run

@@ -22,6 +22,7 @@ from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictErr
 from agentic_retrieval.kb.definitions import (
     REDACTED,
     IndexDefinition,
+    KnowledgeSourceDefinition,
     parse_index,
     parse_knowledge_base,
     parse_knowledge_source,
@@ -34,7 +35,14 @@ from agentic_retrieval.kb.service import (
     StoredDefinition,
 )
 
-_FIXED_ATTRIBUTES = ("type", "key", "is_searchable", "is_filterable", "dimensions")
+_FIXED_ATTRIBUTES = (
+    "type",
+    "key",
+    "is_searchable",
+    "is_filterable",
+    "dimensions",
+    "permission_filter",
+)
 UNCONDITIONAL = Conditions()
 """No ``If-Match`` / ``If-None-Match``."""
 
@@ -101,6 +109,9 @@ def put_knowledge_source(
                     f"kind: the knowledge source '{source.name}' is of kind "
                     f"{current.body.get('kind')!r}; a kind cannot change (delete and re-create it)"
                 )
+            _check_same_permission_options(
+                KnowledgeSourceDefinition.model_validate(current.body), source
+            )
         index = source.index_name
         if index is not None and view.get("index", index) is None:
             raise InvalidDefinitionError(
@@ -224,6 +235,13 @@ def _refuse_existing(creating: bool, what: str, name: str) -> None:
 
 
 def _check_compatible(old: IndexDefinition, new: IndexDefinition) -> None:
+    # Permissions are computed when a document is written: changing who the fields speak
+    # for would leave the stored documents with stale permissions.
+    if old.permission_fields != new.permission_fields:
+        raise InvalidDefinitionError(
+            f"permissionFilterOption / permissionFilter: the permission fields of index "
+            f"'{old.name}' cannot change (delete and re-create the index)"
+        )
     for field in old.fields:
         replacement = new.field(field.name)
         if replacement is None:
@@ -237,6 +255,19 @@ def _check_compatible(old: IndexDefinition, new: IndexDefinition) -> None:
                     f"fields.{field.name}: {attribute.removeprefix('is_')} cannot change on an "
                     f"existing field of index '{old.name}' (delete and re-create the index)"
                 )
+
+
+def _check_same_permission_options(
+    old: KnowledgeSourceDefinition, new: KnowledgeSourceDefinition
+) -> None:
+    """Uploaded files carry the permissions their source ingested: the options are fixed."""
+    before = old.file_parameters.permission_options if old.file_parameters else frozenset()
+    after = new.file_parameters.permission_options if new.file_parameters else frozenset()
+    if before != after:
+        raise InvalidDefinitionError(
+            "fileParameters.ingestionParameters.ingestionPermissionOptions: cannot change on "
+            f"the existing knowledge source '{old.name}' (delete and re-create it)"
+        )
 
 
 def _unused_index(name: str) -> Check:

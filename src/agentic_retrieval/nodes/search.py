@@ -3,6 +3,11 @@
 The task never raises: a source that fails, times out or rejects its filter produces an
 activity record with an ``error`` and marks the response partial, and the other tasks' hits
 still flow to ``rerank``.
+
+The caller's identity comes from the run's Context (never from the task, which the planner's
+output shapes, nor from the state): it is handed to the source beside the query text and
+filter. While the run enforces permissions, a source that cannot trim by permission is not
+searched at all; its record carries a ``PermissionsNotEnforced`` error instead.
 """
 
 from __future__ import annotations
@@ -15,11 +20,17 @@ from typing import Any
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from agentic_retrieval.context import Context
+from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms
 from agentic_retrieval.odata import ODataError
-from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
+from agentic_retrieval.sources.base import (
+    Hit,
+    KnowledgeSource,
+    PermissionTrimmingKnowledgeSource,
+    SearchQuery,
+    SourceError,
+)
 from agentic_retrieval.state import (
     ErrorInfo,
     RetrievedHit,
@@ -39,8 +50,14 @@ def make_search(bindings: Bindings) -> NodeFn:
         source = bindings.sources[task.source]
         key = f"search:{task.subquery.id}:{task.source}"
         wall, clock = time.time(), time.perf_counter()
+        context = current_context(runtime)
         query = SearchQuery(
-            text=task.subquery.text, filter=task.filter, top=task.top, goal=task.subquery.goal
+            text=task.subquery.text,
+            filter=task.filter,
+            top=task.top,
+            goal=task.subquery.goal,
+            identity=context.identity,
+            enforce_permissions=context.enforce_permissions,
         )
         hits, error, deadline_hit = await _run(source, query, task)
         record = SearchActivity(
@@ -96,6 +113,12 @@ async def _run(
     bound = min(task.timeout, run_left)
     if bound <= 0:
         return [], ErrorInfo.of("Timeout", "the run's time limit elapsed before searching"), True
+    if query.enforce_permissions and not trims_by_permission(source):
+        message = (
+            f"knowledge source '{source.name}' cannot trim results by permission, and "
+            "permissions are enforced: it was not searched"
+        )
+        return [], ErrorInfo.of("PermissionsNotEnforced", message), False
     try:
         hits = await asyncio.wait_for(source.search(query), bound)
     except TimeoutError:
@@ -138,3 +161,10 @@ def _log_failure(source_name: str, exc: BaseException) -> None:
     if len(_LOGGED_TRACEBACKS) < _MAX_LOGGED_TRACEBACKS:
         _LOGGED_TRACEBACKS.add(kind)
     logger.error("knowledge source %r failed", source_name, exc_info=exc)
+
+
+def trims_by_permission(source: KnowledgeSource) -> bool:
+    """Whether ``source`` applies ``SearchQuery.identity`` itself (the optional capability)."""
+    return isinstance(source, PermissionTrimmingKnowledgeSource) and bool(
+        source.trims_by_permission
+    )

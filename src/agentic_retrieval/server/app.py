@@ -15,11 +15,12 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
-from agentic_retrieval.server.auth import ApiKeys, Role, require_role
+from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.management import Management, add_management_routes
@@ -62,7 +63,8 @@ def create_app(
     catalog = ServiceCatalog(service, reranker=reranker_by_name(None)) if service else None
     registry = KnowledgeBaseRegistry(fixed, catalog)
     keys = settings.keys()
-    mounts = _mcp_mounts(fixed, keys, settings.host) if mcp and fixed else None
+    policy = settings.access_policy()
+    mounts = _mcp_mounts(fixed, keys, policy, settings.host) if mcp and fixed else None
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -81,6 +83,7 @@ def create_app(
     app.state.knowledge_bases = registry
     app.state.keys = keys
     app.state.settings = settings  # serving.py reads the connection-level limits here
+    app.state.access_policy = policy
     install_error_handlers(app)
     app.add_middleware(
         GuardMiddleware,
@@ -94,38 +97,50 @@ def create_app(
     )
     add_management_routes(
         app,
-        Management(registry, keys, service, catalog, max_file_bytes=settings.max_upload_bytes),
+        Management(
+            registry,
+            keys,
+            service,
+            catalog,
+            max_file_bytes=settings.max_upload_bytes,
+            policy=policy,
+        ),
     )
-    _add_routes(app, registry, keys)
+    _add_routes(app, registry, keys, policy)
     if mounts is not None:
         app.add_route("/knowledgebases/{name}/mcp", mounts, include_in_schema=False)
         app.add_route("/knowledgebases('{name}')/mcp", mounts, include_in_schema=False)
     return app
 
 
-def _add_routes(app: FastAPI, registry: Mapping[str, KnowledgeBase], keys: ApiKeys) -> None:
+def _add_routes(
+    app: FastAPI, registry: Mapping[str, KnowledgeBase], keys: ApiKeys, policy: AccessPolicy
+) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     async def retrieve(name: str, request: Request, api_version: str | None = ApiVersion) -> Any:
-        authorize(request, keys, "query")
+        require_role(keys, request.headers, "query", knowledge_base=name)
+        identity = await policy.identity(request.headers, knowledge_base=name)
         check_api_version(api_version)
         kb = lookup(registry, name)
         # citation URLs point back at this service, with the caller's api-version
         defaults = dataclasses.replace(
-            kb.defaults,
+            run_defaults(kb, policy),
             service_endpoint=str(request.base_url).rstrip("/"),
             api_version=api_version,
         )
         parsed, context = prepare(await read_json_object(request), defaults, kb.bindings)
         if wants_event_stream(request.headers.get("accept")):
             return StreamingResponse(
-                retrieve_events(kb, parsed, context.max_runtime_seconds),
+                retrieve_events(
+                    kb, parsed, context.max_runtime_seconds, identity=identity, defaults=defaults
+                ),
                 media_type=EVENT_STREAM,
                 headers={"Cache-Control": "no-cache"},
             )
-        response = await kb.aretrieve(parsed, defaults=context)
+        response = await kb.aretrieve(parsed, identity=identity, defaults=context)
         if response.status_code == 408:
             raise ApiError(
                 408,
@@ -145,9 +160,11 @@ def _add_routes(app: FastAPI, registry: Mapping[str, KnowledgeBase], keys: ApiKe
         app.add_api_route(path, retrieve, methods=["POST"])
 
 
-def authorize(request: Request, keys: ApiKeys, needed: Role) -> None:
-    """Raise 401 for a missing/wrong key, 403 for a query key on an admin operation."""
-    require_role(keys, request.headers, needed)
+def run_defaults(kb: KnowledgeBase, policy: AccessPolicy) -> Context:
+    """The knowledge base's defaults, enforcing permissions where the server does."""
+    if policy.enforces(kb.name) and not kb.defaults.enforce_permissions:
+        return dataclasses.replace(kb.defaults, enforce_permissions=True)
+    return kb.defaults
 
 
 def lookup(registry: Mapping[str, KnowledgeBase], name: str) -> KnowledgeBase:
@@ -173,7 +190,9 @@ def _registry(knowledge_bases: KnowledgeBases) -> dict[str, KnowledgeBase]:
     return registry
 
 
-def _mcp_mounts(registry: dict[str, KnowledgeBase], keys: ApiKeys, host: str) -> Any:
+def _mcp_mounts(
+    registry: dict[str, KnowledgeBase], keys: ApiKeys, policy: AccessPolicy, host: str
+) -> Any:
     from agentic_retrieval.server.mcp import McpMounts
 
-    return McpMounts(registry, keys, host=host)
+    return McpMounts(registry, keys, policy=policy, host=host)

@@ -20,10 +20,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
+    IdentityRequiredError,
     InvalidDefinitionError,
     InvalidRequestError,
+    InvalidTokenError,
     KnowledgeSourceFailedError,
     ModelRequiredError,
+    PermissionsNotEnforceableError,
     PreconditionFailedError,
     ResourceConflictError,
     ResourceNotFoundError,
@@ -54,6 +57,10 @@ _CODES = {
 
 
 CLIENT_ERRORS: tuple[tuple[type[AgenticRetrievalError], int, str], ...] = (
+    (IdentityRequiredError, 401, "Unauthorized"),
+    (InvalidTokenError, 401, "Unauthorized"),
+    # enforced permissions on an index without any (a document read; retrieves record it)
+    (PermissionsNotEnforceableError, 403, "Forbidden"),
     (UnknownKnowledgeSourceError, 404, "KnowledgeSourceNotFound"),
     (InvalidDefinitionError, 400, "InvalidRequestParameter"),
     (ResourceNotFoundError, 404, "ResourceNotFound"),

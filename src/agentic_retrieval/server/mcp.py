@@ -1,12 +1,15 @@
 """Each knowledge base as an MCP server exposing the tool ``knowledge_base_retrieve``.
 
-Served over streamable HTTP at ``/knowledgebases/{name}/mcp`` by the REST app (same keys), or
-over stdio for desktop clients with ``agentic-retrieval mcp --kb DIR``. Built on the official
-``mcp`` SDK (2.x: ``MCPServer``).
+Served over streamable HTTP at ``/knowledgebases/{name}/mcp`` by the REST app (same keys and
+identity tokens: ``x-ms-query-source-authorization: Bearer <JWT>`` is validated before the MCP
+SDK sees the request, and the tool retrieves as that identity), or over stdio for desktop
+clients with ``agentic-retrieval mcp --kb DIR``. Built on the official ``mcp`` SDK (2.x:
+``MCPServer``). The identity is never a tool argument: a model calling the tool cannot set it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -14,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal
 
+from mcp.server.mcpserver import Context as McpContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -22,13 +26,16 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.errors import (
+    IdentityRequiredError,
     InvalidRequestError,
     KnowledgeSourceFailedError,
     ModelRequiredError,
 )
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.server.auth import ApiKeys
+from agentic_retrieval.permissions import Identity
+from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.wire.models import ActivityRecord
 from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings
@@ -71,8 +78,17 @@ class RetrieveToolResult(BaseModel):
     )
 
 
-def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
-    """An MCP server for ``kb`` with the single tool ``knowledge_base_retrieve``."""
+IDENTITY_SCOPE_KEY = "agentic_retrieval.identity"
+"""Where :class:`McpMounts` leaves the validated identity in the ASGI scope for the tool."""
+
+
+def build_mcp_server(kb: KnowledgeBase, *, defaults: Context | None = None) -> MCPServer:
+    """An MCP server for ``kb`` with the single tool ``knowledge_base_retrieve``.
+
+    Args:
+        kb: The knowledge base.
+        defaults: Run settings for every call (default: the knowledge base's).
+    """
     sources = ", ".join(f"{n} ({s.description or s.kind})" for n, s in kb.sources.items())
     with _no_root_logging_config():
         server: MCPServer = MCPServer(
@@ -117,6 +133,7 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
                 max_length=100,
             ),
         ] = None,
+        ctx: McpContext | None = None,
     ) -> RetrieveToolResult:
         request = tool_request(
             kb,
@@ -129,10 +146,10 @@ def build_mcp_server(kb: KnowledgeBase) -> MCPServer:
             exclude=exclude_sources or (),
         )
         try:
-            response = await kb.aretrieve(request)
+            response = await kb.aretrieve(request, identity=_caller(ctx), defaults=defaults)
         except ModelRequiredError as exc:
             raise ToolError(model_required_message(exc)) from exc
-        except (InvalidRequestError, KnowledgeSourceFailedError) as exc:
+        except (InvalidRequestError, KnowledgeSourceFailedError, IdentityRequiredError) as exc:
             raise ToolError(str(exc)) from exc
         except Exception as exc:  # a bug: its text goes to the log, never to the client
             request_id = uuid.uuid4().hex
@@ -184,6 +201,19 @@ def _warnings(activity: list[ActivityRecord]) -> list[str]:
     return lines
 
 
+def _caller(ctx: McpContext | None) -> Identity | None:
+    """The identity :class:`McpMounts` validated for this HTTP request (none over stdio)."""
+    if ctx is None:
+        return None
+    try:
+        request = ctx.request_context.request
+    except ValueError:  # no request context (a direct call)
+        return None
+    scope = getattr(request, "scope", None) or {}
+    identity = scope.get(IDENTITY_SCOPE_KEY)
+    return identity if isinstance(identity, Identity) else None
+
+
 def tool_request(
     kb: KnowledgeBase,
     query: str | None,
@@ -215,21 +245,39 @@ def tool_request(
 class McpMounts:
     """ASGI endpoint dispatching ``/knowledgebases/{name}/mcp`` to that KB's MCP server.
 
-    Requests are authenticated with the REST keys (query keys suffice) before the MCP SDK
-    sees them.
+    Requests are authenticated with the REST keys (query keys suffice; a scoped query key only
+    for its knowledge bases) and their identity token validated before the MCP SDK sees
+    them; the tool then retrieves as that identity.
 
     Args:
         registry: Knowledge bases by name.
         keys: The accepted keys.
+        policy: Identity tokens and permission rules.
         host: The interface the server listens on (loopback turns on the SDK's
             DNS-rebinding guard).
     """
 
-    def __init__(self, registry: Mapping[str, KnowledgeBase], keys: ApiKeys, *, host: str) -> None:
-        self.servers = {name: build_mcp_server(kb) for name, kb in registry.items()}
+    def __init__(
+        self,
+        registry: Mapping[str, KnowledgeBase],
+        keys: ApiKeys,
+        *,
+        policy: AccessPolicy | None = None,
+        host: str,
+    ) -> None:
+        self.policy = policy or AccessPolicy()
+        self.servers = {
+            name: build_mcp_server(kb, defaults=self._defaults(name, kb))
+            for name, kb in registry.items()
+        }
         self.keys = keys
         self.host = host
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
+
+    def _defaults(self, name: str, kb: KnowledgeBase) -> Context:
+        if self.policy.enforces(name):
+            return dataclasses.replace(kb.defaults, enforce_permissions=True)
+        return kb.defaults
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -257,7 +305,8 @@ class McpMounts:
         stateless server has nothing to push, and an idle stream would hold a connection and
         a request slot for as long as the client cares to keep it open.
         """
-        if self.keys.role_of(Headers(scope=scope)) is None:
+        headers = Headers(scope=scope)
+        if self.keys.role_of(headers) is None:
             await _send(send, ApiError(401, "Access denied: send a valid key in 'api-key'."))
             return
         if scope.get("method") == "GET":
@@ -270,14 +319,21 @@ class McpMounts:
             await _send(send, error)
             return
         name = scope.get("path_params", {}).get("name", "")
+        try:
+            require_role(self.keys, headers, "query", knowledge_base=name)
+            identity = await self.policy.identity(headers, knowledge_base=name)
+        except ApiError as refused:
+            await _send(send, refused)
+            return
         manager = self._managers.get(name)
         if manager is None:
-            error = ApiError(
+            missing = ApiError(
                 404, f"No knowledge base named '{name}' exists.", code="KnowledgeBaseNotFound"
             )
-            await _send(send, error)
+            await _send(send, missing)
             return
-        await manager.handle_request(scope, receive, send)
+        # a fresh scope per request: the identity cannot leak into another request
+        await manager.handle_request({**scope, IDENTITY_SCOPE_KEY: identity}, receive, send)
 
 
 def run_stdio(kb: KnowledgeBase) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentic_retrieval.server.auth import ApiKeys
+from agentic_retrieval.server.auth import AccessPolicy, ApiKeys
+from agentic_retrieval.server.tokens import TokenSettings, TokenValidator
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest request body accepted (1 MiB); bigger bodies get a 413 before any parsing."""
@@ -20,7 +21,16 @@ class ServerSettings:
         api_keys: Keys allowed to do everything. When neither this nor ``query_keys`` nor
             ``$AGENTIC_RETRIEVAL_API_KEYS`` holds a key, the server is open (no auth).
         query_keys: Keys that may only retrieve (REST ``retrieve`` and the MCP tool).
+        scoped_query_keys: ``KNOWLEDGE_BASE:KEY`` pairs: query keys that may only retrieve
+            from the knowledge bases they are paired with.
         read_env_keys: Also read keys from ``$AGENTIC_RETRIEVAL_API_KEYS``.
+        tokens: How identity tokens (``x-ms-query-source-authorization``) are validated;
+            ``None``: requests carrying one are refused (401).
+        enforce_permissions: Fail closed on document permissions everywhere (hide documents
+            without permissions; a source that cannot trim is an error record). ``None``:
+            on exactly when ``tokens`` is configured.
+        require_identity: Knowledge bases (``*``: every one) that answer 401 to a request
+            without a valid token.
         max_body_bytes: Largest request body; bigger ones get a 413 (at once when their
             ``Content-Length`` says so).
         max_upload_bytes: Largest document batch (``docs/index``) or uploaded file of a file
@@ -41,7 +51,11 @@ class ServerSettings:
 
     api_keys: list[str] = field(default_factory=list)
     query_keys: list[str] = field(default_factory=list)
+    scoped_query_keys: list[str] = field(default_factory=list)
     read_env_keys: bool = True
+    tokens: TokenSettings | None = None
+    enforce_permissions: bool | None = None
+    require_identity: list[str] = field(default_factory=list)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     body_timeout_seconds: float = 30.0
@@ -61,8 +75,28 @@ class ServerSettings:
             raise ValueError("body_timeout_seconds and header_timeout_seconds must be positive")
         if self.max_header_bytes < 1024:
             raise ValueError("max_header_bytes must be at least 1024")
+        ApiKeys.scoped_keys(self.scoped_query_keys)  # malformed pairs fail here
+        if self.require_identity and self.tokens is None:
+            raise ValueError(
+                "require_identity needs token validation (tokens): without it no request "
+                "could carry an identity"
+            )
 
     def keys(self) -> ApiKeys:
         """The keys in force: the configured ones plus the environment's."""
         keys = ApiKeys.from_env() if self.read_env_keys else ApiKeys()
-        return keys.merged(ApiKeys(admin=tuple(self.api_keys), query=tuple(self.query_keys)))
+        keys = keys.merged(ApiKeys(admin=tuple(self.api_keys), query=tuple(self.query_keys)))
+        return keys.merged(ApiKeys.scoped_keys(self.scoped_query_keys))
+
+    def access_policy(self) -> AccessPolicy:
+        """Token validation and the permission rules in force.
+
+        Raises:
+            ValueError: A JWKS file that cannot be read.
+        """
+        enforce = self.enforce_permissions
+        return AccessPolicy(
+            tokens=TokenValidator(self.tokens) if self.tokens is not None else None,
+            enforce=(self.tokens is not None) if enforce is None else enforce,
+            require_identity=frozenset(self.require_identity),
+        )

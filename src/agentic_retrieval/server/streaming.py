@@ -9,7 +9,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
+from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.errors import api_error_for, error_body, internal_error
 from agentic_retrieval.wire.models import RetrieveRequest
 
@@ -29,7 +31,12 @@ def sse(event: str, data: Any) -> str:
 
 
 async def retrieve_events(
-    kb: KnowledgeBase, request: RetrieveRequest, runtime_seconds: float
+    kb: KnowledgeBase,
+    request: RetrieveRequest,
+    runtime_seconds: float,
+    *,
+    identity: Identity | None = None,
+    defaults: Context | None = None,
 ) -> AsyncIterator[str]:
     """Stream ``kb``'s progress events, then a ``response`` event (or an ``error`` event).
 
@@ -38,7 +45,7 @@ async def retrieve_events(
     grace period only cancels that task; nothing is left running.
     """
     queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-    producer = asyncio.create_task(_produce(kb, request, queue))
+    producer = asyncio.create_task(_produce(kb, request, queue, identity, defaults))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + runtime_seconds + GRACE_SECONDS
     try:
@@ -70,9 +77,11 @@ async def _produce(
     kb: KnowledgeBase,
     request: RetrieveRequest,
     queue: asyncio.Queue[dict[str, Any] | BaseException | None],
+    identity: Identity | None,
+    defaults: Context | None,
 ) -> None:
     try:
-        async for event in kb.astream(request):
+        async for event in kb.astream(request, identity=identity, defaults=defaults):
             queue.put_nowait(event)
     except asyncio.CancelledError:
         raise

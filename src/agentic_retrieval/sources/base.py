@@ -10,6 +10,9 @@ filter naming an unknown field or comparing one with the wrong kind of value is 
 before the search (HTTP 400, exit code 2) instead of silently matching nothing. A source
 without that knowledge (a LangChain store, Azure AI Search, which validates filters itself)
 gets the filter as written: its own error, if any, becomes an error activity record.
+:class:`PermissionTrimmingKnowledgeSource` returns only what ``SearchQuery.identity`` may see.
+While a run enforces permissions, a source without that capability is never searched (its
+activity record carries a ``PermissionsNotEnforced`` error) rather than answering unfiltered.
 
 The graph runs one search per (subquery, source) pair concurrently, so implementations must
 be safe to call from several tasks at once. A source signals failure by raising; the graph
@@ -28,8 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import FilterNotSupportedError as FilterNotSupportedError
+from agentic_retrieval.errors import (
+    PermissionsNotEnforceableError as PermissionsNotEnforceableError,
+)
 from agentic_retrieval.errors import SourceError as SourceError
 from agentic_retrieval.odata.fields import FieldSchema
+from agentic_retrieval.permissions import Access, Identity
 
 
 class SearchQuery(BaseModel):
@@ -46,6 +53,17 @@ class SearchQuery(BaseModel):
     """How many hits to return at most."""
     goal: str | None = None
     """What the planner hopes this query finds; sources may ignore it."""
+    identity: Identity | None = None
+    """Who is asking, from the run's Context (never from the planner or the request body).
+    A :class:`PermissionTrimmingKnowledgeSource` returns only what this identity may see."""
+    enforce_permissions: bool = False
+    """Fail closed: documents without permission metadata are not returned, and a source
+    that cannot tell raises :class:`PermissionsNotEnforceableError`."""
+
+    @property
+    def access(self) -> Access:
+        """The identity and enforcement as one value, for stores that trim by permission."""
+        return Access(identity=self.identity, enforce=self.enforce_permissions)
 
 
 class Hit(BaseModel):
@@ -178,3 +196,24 @@ def index_document_url(
         f"{endpoint.rstrip('/')}/indexes/{quote(index, safe='')}/docs/{quote(key, safe='')}"
         f"?{query}api-version={quote(api_version, safe='')}"
     )
+
+
+@runtime_checkable
+class PermissionTrimmingKnowledgeSource(KnowledgeSource, Protocol):
+    """Optional capability: a source that applies document-level permissions itself.
+
+    Its :meth:`search` returns only documents ``query.identity`` may see (and, with
+    ``query.enforce_permissions``, none without permission metadata), applying the check
+    where the documents are selected (before ranking and ``top``), not by dropping hits
+    afterwards. ``trims_by_permission`` may be ``False`` when this instance is not set up to
+    (a LangChain store without a permission mapping): the graph then treats it as a source
+    without the capability.
+
+    Attributes:
+        trims_by_permission: Whether searches of this source are trimmed by permission.
+    """
+
+    @property
+    def trims_by_permission(self) -> bool:
+        """Whether searches of this source are trimmed by permission."""
+        ...

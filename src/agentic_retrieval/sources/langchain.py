@@ -18,11 +18,22 @@ Filters: the OData filter of a :class:`SearchQuery` is parsed with
   :class:`~agentic_retrieval.sources.base.FilterNotSupportedError` from :meth:`search`, which the
   graph records as this source's error. A filter is a security boundary, so it is never
   silently dropped.
+
+Permissions: with ``user_ids_field`` / ``group_ids_field`` naming metadata lists of allowed ids
+(``"all"`` for public, Azure's convention), every search adds a permission predicate for the
+query's identity, built as a filter expression tree (never as text) and ANDed with the
+query's filter, so the store applies it before ranking and ``k``. It needs a filter
+translation that can express it (``InMemoryVectorStore`` can; Chroma, whose metadata holds no
+lists, cannot): otherwise searches fail with
+:class:`~agentic_retrieval.sources.base.PermissionsNotEnforceableError` rather than return
+unfiltered results. Without those fields, the source does not trim by permission, and a run
+that enforces permissions records an error for it instead of searching it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
@@ -41,15 +52,18 @@ from agentic_retrieval.odata import (
     Constant,
     Expr,
     Field,
+    Literal,
     Not,
     Or,
     SearchIn,
     evaluate_filter,
     parse_filter,
 )
+from agentic_retrieval.permissions import ALL, Access
 from agentic_retrieval.sources.base import (
     FilterNotSupportedError,
     Hit,
+    PermissionsNotEnforceableError,
     SearchQuery,
     url_from_metadata,
 )
@@ -175,6 +189,8 @@ class LangChainKnowledgeSource:
         key_metadata_field: Metadata key holding the document key; when absent (or not set),
             ``Document.id`` is used, then a hash of the content.
         title_metadata_field: Metadata key holding the title.
+        user_ids_field: Metadata key listing the user ids allowed to see a document.
+        group_ids_field: Metadata key listing the group ids allowed to see a document.
 
     """
 
@@ -189,6 +205,8 @@ class LangChainKnowledgeSource:
         top: int = 50,
         key_metadata_field: str | None = None,
         title_metadata_field: str = "title",
+        user_ids_field: str | None = None,
+        group_ids_field: str | None = None,
     ) -> None:
         if not isinstance(retriever_or_store, BaseRetriever | VectorStore):
             raise TypeError(
@@ -203,6 +221,14 @@ class LangChainKnowledgeSource:
         self.title_metadata_field = title_metadata_field
         self._target = retriever_or_store
         self._translator = filter_translator or default_filter_translator(retriever_or_store)
+        self.permission_fields = tuple(f for f in (user_ids_field, group_ids_field) if f)
+        self._user_ids_field = user_ids_field
+        self._group_ids_field = group_ids_field
+
+    @property
+    def trims_by_permission(self) -> bool:
+        """Whether permission fields are configured and the store can filter on them."""
+        return bool(self.permission_fields) and self._translator is not None
 
     def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
         """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
@@ -213,26 +239,70 @@ class LangChainKnowledgeSource:
 
         Raises:
             FilterNotSupportedError: The query has a filter this store cannot apply.
+            PermissionsNotEnforceableError: Permissions are enforced and this source has no
+                permission fields, or its store cannot express the permission predicate.
             odata.ODataError: The filter does not parse.
 
         """
         top = min(query.top, self.top)
-        search_kwargs = self._filter_kwargs(query.filter)
+        search_kwargs = self._search_filter(query)
         if isinstance(self._target, VectorStore):
             pairs = await self._search_store(self._target, query.text, top, search_kwargs)
         else:
             pairs = await self._search_retriever(self._target, query.text, top, search_kwargs)
         return [self._to_hit(document, score) for document, score in pairs[:top]]
 
-    def _filter_kwargs(self, text: str | None) -> dict[str, Any]:
-        if text is None or not text.strip():
+    def _search_filter(self, query: SearchQuery) -> dict[str, Any]:
+        """The store's ``filter`` keyword: the query's filter AND the permission predicate."""
+        text = query.filter
+        expr = parse_filter(text) if text is not None and text.strip() else None
+        if self.permission_fields:
+            allowed = self.permission_predicate(query.access)
+            expr = allowed if expr is None else And(allowed, expr)
+        elif query.enforce_permissions:
+            raise PermissionsNotEnforceableError(
+                f"knowledge source '{self.name}' has no permission fields "
+                "(user_ids_field / group_ids_field)"
+            )
+        if expr is None:
             return {}
         if self._translator is None:
-            raise FilterNotSupportedError(
+            error = FilterNotSupportedError(
                 f"filters not supported by this source: {type(self._target).__name__} "
                 "has no filter translator (pass filter_translator=...)"
             )
-        return {"filter": self._translator(parse_filter(text))}
+            if self.permission_fields:
+                raise PermissionsNotEnforceableError(error.message)
+            raise error
+        try:
+            return {"filter": self._translator(expr)}
+        except FilterNotSupportedError as exc:
+            if self.permission_fields:  # the predicate is part of every filter sent
+                raise PermissionsNotEnforceableError(
+                    f"knowledge source '{self.name}' cannot apply permissions: {exc.message}"
+                ) from exc
+            raise
+
+    def permission_predicate(self, access: Access) -> Expr:
+        """What ``access`` may see, over the permission fields, as a filter expression tree.
+
+        Public documents (``"all"`` in a list) and documents listing one of the identity's
+        ids; unless enforced, also documents without either field (unmarked).
+        """
+        identity = access.identity
+        own = {
+            self._user_ids_field: [identity.user_id] if identity and identity.user_id else [],
+            self._group_ids_field: list(identity.groups) if identity else [],
+        }
+        matches: list[Expr] = [
+            Any_(Field(name), "p", SearchIn(Field("p"), (ALL, *own.get(name, []))))
+            for name in self.permission_fields
+        ]
+        absent: list[Expr] = [
+            Compare("eq", Field(name), Literal(None)) for name in self.permission_fields
+        ]
+        visible = functools.reduce(Or, matches)
+        return visible if access.enforce else Or(visible, functools.reduce(And, absent))
 
     async def _search_store(
         self, store: VectorStore, text: str, k: int, kwargs: dict[str, Any]

@@ -2,6 +2,10 @@
 
 Meant for tests, notebooks and small corpora that fit in a Python list; the embedded SQLite
 store (:mod:`agentic_retrieval.sources.local`) is the on-disk default.
+
+A document may carry ``permissions`` (a :class:`~agentic_retrieval.permissions.Permissions`,
+or ``{"userIds": [...], "groupIds": [...]}``); searches skip what the query's identity may not
+see before scoring, by the rule of :mod:`agentic_retrieval.permissions`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_retrieval.sources.base import Hit, SearchQuery, url_from_metadata
+from agentic_retrieval.permissions import Permissions
+from agentic_retrieval.sources.base import (
+    Hit,
+    PermissionsNotEnforceableError,
+    SearchQuery,
+    url_from_metadata,
+)
 from agentic_retrieval.text import query_terms, tokenize
 
 
@@ -24,6 +34,8 @@ class MemoryDocument:
     content: str
     title: str | None = None
     metadata: Mapping[str, Any] | None = None
+    permissions: Permissions | None = None
+    """Who may see it (``None``: unmarked)."""
 
 
 class InMemoryKnowledgeSource:
@@ -32,7 +44,7 @@ class InMemoryKnowledgeSource:
     Args:
         name: The knowledge source name.
         documents: Documents as :class:`MemoryDocument` or dicts with ``key``/``id``,
-            ``content``, optional ``title`` and ``metadata``.
+            ``content``, optional ``title``, ``metadata`` and ``permissions``.
         description: What the source holds (read by the planner).
         kind: The wire kind of its activity records and references.
     """
@@ -68,13 +80,25 @@ class InMemoryKnowledgeSource:
         """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
         return url_from_metadata(hit.metadata)
 
+    trims_by_permission = True
+    """Documents the query's identity may not see are skipped before scoring."""
+
     async def search(self, query: SearchQuery) -> list[Hit]:
-        """Score every document matching the filter; return the best ``query.top``."""
+        """Score every document the identity may see matching the filter; the best ``top``.
+
+        Raises:
+            PermissionsNotEnforceableError: Permissions are enforced and no document has any.
+        """
+        access = query.access
+        if access.enforce and self._docs and all(d.permissions is None for d in self._docs):
+            raise PermissionsNotEnforceableError(
+                f"knowledge source '{self.name}' holds no permission metadata"
+            )
         predicate = _predicate(query.filter)
         terms = query_terms(query.text)
         scored: list[tuple[float, int]] = []
         for index, doc in enumerate(self._docs):
-            if not predicate(dict(doc.metadata or {})):
+            if not access.may_see(doc.permissions) or not predicate(dict(doc.metadata or {})):
                 continue
             score = self._bm25(index, terms)
             if score > 0:
@@ -110,11 +134,17 @@ def _as_document(value: MemoryDocument | Mapping[str, Any]) -> MemoryDocument:
     key = value.get("key", value.get("id"))
     if key is None or "content" not in value:
         raise ValueError("a document needs 'key' (or 'id') and 'content'")
+    permissions = value.get("permissions")
+    if isinstance(permissions, Mapping):
+        permissions = Permissions.from_lists(
+            permissions.get("userIds"), permissions.get("groupIds")
+        )
     return MemoryDocument(
         key=str(key),
         content=str(value["content"]),
         title=value.get("title"),
         metadata=value.get("metadata") or {},
+        permissions=permissions,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse, Response
 from agentic_retrieval.errors import ResourceNotFoundError
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.service import Conditions, ServiceDirectory, StoredDefinition
-from agentic_retrieval.server.auth import ApiKeys, Role, require_role
+from agentic_retrieval.permissions import Access
+from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, Grant, Role, require_role
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.requests import check_api_version
 
@@ -36,6 +37,8 @@ class Management:
         catalog: Live objects built from the service's definitions.
         max_file_bytes: Largest file a file knowledge source accepts.
         max_files: Most files one file knowledge source holds.
+        policy: Identity tokens and permission rules (document reads by query keys are
+            trimmed to what the caller's identity may see).
     """
 
     registry: KnowledgeBaseRegistry
@@ -44,6 +47,7 @@ class Management:
     catalog: ServiceCatalog | None = None
     max_file_bytes: int = 16 * 1024 * 1024
     max_files: int = 10_000
+    policy: AccessPolicy = field(default_factory=AccessPolicy)
 
     def require_service(self) -> tuple[ServiceDirectory, ServiceCatalog]:
         """The data directory, or a 400 explaining how to get one."""
@@ -73,11 +77,21 @@ def add_routes(
         app.add_api_route(path, endpoint, methods=list(methods), include_in_schema=False)
 
 
-def check_request(request: Request, keys: ApiKeys, needed: Role) -> Role:
+def check_request(request: Request, keys: ApiKeys, needed: Role) -> Grant:
     """Authorize (401/403) and check the ``api-version`` query parameter (400)."""
-    role = require_role(keys, request.headers, needed)
+    grant = require_role(keys, request.headers, needed)
     check_api_version(request.query_params.get("api-version"))
-    return role
+    return grant
+
+
+async def read_access(request: Request, management: Management, grant: Grant) -> Access:
+    """What a document read may return to this caller (admin keys: everything).
+
+    Raises:
+        ApiError: 401 for an identity token that does not validate.
+    """
+    identity = await management.policy.identity(request.headers)
+    return management.policy.read_access(grant, identity)
 
 
 def conditions(request: Request) -> Conditions:

@@ -3,7 +3,8 @@
 The paths the Azure SDK uses (``docs/search.index``, ``docs/search.post.search``,
 ``docs('key')``, ``docs/$count``) and the REST forms (``docs/index``, ``docs/search``,
 ``GET docs?search=``) are both served. Query keys may look up, count and search; only admin
-keys write.
+keys write. Reads with a query key see only the documents the caller's identity token
+(``x-ms-query-source-authorization``) may see; an admin key reads everything.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from agentic_retrieval.kb.index_documents import IndexDocuments, IndexingResult, SearchParameters
+from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.management.common import (
     Management,
@@ -22,6 +24,7 @@ from agentic_retrieval.server.management.common import (
     check_request,
     in_thread,
     not_found,
+    read_access,
 )
 from agentic_retrieval.server.requests import read_json_object
 
@@ -56,28 +59,32 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         return JSONResponse({"value": [r.to_wire() for r in results]}, status_code=status)
 
     async def count(name: str, request: Request) -> PlainTextResponse:
-        check_request(request, management.keys, "query")
+        grant = check_request(request, management.keys, "query")
+        access = await read_access(request, management, grant)
         documents = _documents(management, name)
-        return PlainTextResponse(str(await in_thread(documents.count)))
+        return PlainTextResponse(str(await in_thread(documents.count_visible, access)))
 
     async def lookup(name: str, key: str, request: Request) -> JSONResponse:
-        check_request(request, management.keys, "query")
+        grant = check_request(request, management.keys, "query")
+        access = await read_access(request, management, grant)
         documents = _documents(management, name)
         select = _names(request.query_params.get("$select"))
-        found = await in_thread(documents.lookup, key, select)
+        found = await in_thread(documents.lookup, key, select, access=access)
         if found is None:
             raise not_found("document", key)
         return JSONResponse(found)
 
     async def search_get(name: str, request: Request) -> JSONResponse:
-        check_request(request, management.keys, "query")
+        grant = check_request(request, management.keys, "query")
+        access = await read_access(request, management, grant)
         params = {_GET_NAMES.get(k, k): v for k, v in request.query_params.items()}
         params.pop("api-version", None)
-        return await _search(management, name, params)
+        return await _search(management, name, params, access)
 
     async def search_post(name: str, request: Request) -> JSONResponse:
-        check_request(request, management.keys, "query")
-        return await _search(management, name, await read_json_object(request))
+        grant = check_request(request, management.keys, "query")
+        access = await read_access(request, management, grant)
+        return await _search(management, name, await read_json_object(request), access)
 
     for suffix in ("docs/index", "docs/search.index"):
         add_routes(app, f"/indexes/{{name}}/{suffix}", index_batch, ["POST"])
@@ -116,10 +123,12 @@ def _apply(
     return results
 
 
-async def _search(management: Management, name: str, raw: Mapping[str, Any]) -> JSONResponse:
+async def _search(
+    management: Management, name: str, raw: Mapping[str, Any], access: Access
+) -> JSONResponse:
     documents = _documents(management, name)
     params = search_parameters(raw)
-    return JSONResponse(await in_thread(documents.search, params))
+    return JSONResponse(await in_thread(documents.search, params, access=access))
 
 
 def search_parameters(raw: Mapping[str, Any]) -> SearchParameters:

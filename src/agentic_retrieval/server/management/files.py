@@ -1,7 +1,9 @@
 """``/knowledgesources/{name}/files``: the files of a ``file`` knowledge source.
 
 Upload (POST) as ``multipart/form-data`` with the parts ``metadata`` (JSON:
-``{"fileName", "metadata"}``) and ``content`` (the bytes), as in the 2026-10-01 GA, or as the
+``{"fileName", "metadata"}``, plus ``userIds`` / ``groupIds`` for a source whose
+``ingestionPermissionOptions`` list them) and ``content`` (the bytes), as in the 2026-10-01
+GA, or as the
 preview's raw ``application/octet-stream`` body named by ``Content-Disposition: attachment;
 filename="notes/a.md"``. Update is a PUT of the same multipart body to ``files('{fileId}')``;
 list takes ``prefix`` (a directory-like prefix of the file name), ``search`` (a prefix of the
@@ -24,6 +26,7 @@ from agentic_retrieval.errors import (
     InvalidRequestError,
     ResourceNotFoundError,
 )
+from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
 from agentic_retrieval.kb.files import FileOutcome, FileUpload, SourceFiles
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.management.common import (
@@ -136,7 +139,23 @@ async def _multipart(request: Request) -> FileUpload:
     )
     if not isinstance(name, str) or not name:
         raise ApiError(400, "metadata.fileName: the file needs a name.")
-    return FileUpload(name, data, metadata.get("metadata") or {})
+    return FileUpload(
+        name,
+        data,
+        metadata.get("metadata") or {},
+        user_ids=_id_list(metadata, "userIds"),
+        group_ids=_id_list(metadata, "groupIds"),
+    )
+
+
+def _id_list(metadata: dict[str, Any], name: str) -> list[str] | None:
+    """``userIds`` / ``groupIds`` of the metadata part: a list of strings, or absent."""
+    value = metadata.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ApiError(400, f"metadata.{name}: expected a list of id strings.")
+    return value
 
 
 def _no_file(source: str, file_id: str) -> ResourceNotFoundError:
@@ -164,8 +183,13 @@ def _files(management: Management, name: str) -> SourceFiles:
             f"The knowledge source '{name}' is of kind {stored.body.get('kind')!r}; files "
             "belong to knowledge sources of kind 'file'."
         )
+    definition = KnowledgeSourceDefinition.model_validate(stored.body)
+    options = definition.file_parameters.permission_options if definition.file_parameters else None
     return SourceFiles(
-        documents, max_file_bytes=management.max_file_bytes, max_files=management.max_files
+        documents,
+        max_file_bytes=management.max_file_bytes,
+        max_files=management.max_files,
+        permission_options=options or frozenset(),
     )
 
 

@@ -15,6 +15,19 @@ far larger than one machine. One query becomes one request
 Field names are configurable (key, title, content, metadata fields), so any existing index
 works without re-indexing.
 
+Document permissions (the query's identity), either or both of:
+
+- ``pass_identity_token=True``: the caller's token (the one this service validated) is sent
+  as ``x-ms-query-source-authorization: Bearer <token>``, and Azure trims results by the
+  index's own permission fields (``permissionFilter``); the token must be one Azure accepts
+  (audience ``https://search.azure.com``, e.g. from an on-behalf-of exchange);
+- ``user_ids_field`` / ``group_ids_field``: a permission filter on those fields (collections
+  of ids; ``all`` for public), built from the identity's ids with every quote escaped and
+  ANDed, in its own parentheses, with the query's filter, which must parse on its own.
+
+While permissions are enforced, a search that could apply neither (no such fields, and no
+token to pass) fails with ``PermissionsNotEnforced`` instead of answering unfiltered.
+
 Requires the ``[azure]`` extra (``pip install 'agentic-retrieval[azure]'``).
 """
 
@@ -29,8 +42,16 @@ from typing import TYPE_CHECKING, Any
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import AzureSourceConfigurationError as AzureSourceConfigurationError
 from agentic_retrieval.errors import MissingDependencyError
-from agentic_retrieval.odata import and_filters
-from agentic_retrieval.sources.base import Hit, SearchQuery, SourceError, index_document_url
+from agentic_retrieval.odata import ODataError, and_filters, parse_filter
+from agentic_retrieval.permissions import ALL, Access
+from agentic_retrieval.sources.base import (
+    FilterNotSupportedError,
+    Hit,
+    PermissionsNotEnforceableError,
+    SearchQuery,
+    SourceError,
+    index_document_url,
+)
 
 if TYPE_CHECKING:
     from azure.core.exceptions import HttpResponseError
@@ -41,6 +62,9 @@ logger = logging.getLogger(__name__)
 _AZURE_EXTRA_HINT = (
     "the Azure AI Search source needs the [azure] extra: pip install 'agentic-retrieval[azure]'"
 )
+
+QUERY_SOURCE_AUTHORIZATION = "x-ms-query-source-authorization"
+"""The header Azure reads the end user's token from, to trim results by permission."""
 
 # HTTP status -> SourceError code. 429 and 503 reach this table only once the SDK's retry
 # policy has given up.
@@ -165,6 +189,10 @@ class AzureSearchKnowledgeSource:
             :class:`AzureSourceConfigurationError` if it is missing or lacks a configured field.
         client_kwargs: Further keyword arguments for ``SearchClient`` (``api_version``,
             ``audience``, ``connection_verify``, a custom ``transport``...).
+        pass_identity_token: Send the caller's token as ``x-ms-query-source-authorization``
+            so Azure trims results by the index's permission fields.
+        user_ids_field: A ``Collection(Edm.String)`` field of allowed user ids: filter on it.
+        group_ids_field: A ``Collection(Edm.String)`` field of allowed group ids: filter on it.
 
     """
 
@@ -194,8 +222,16 @@ class AzureSearchKnowledgeSource:
         read_timeout: float = 60.0,
         validate: bool = True,
         client_kwargs: Mapping[str, Any] | None = None,
+        pass_identity_token: bool = False,
+        user_ids_field: str | None = None,
+        group_ids_field: str | None = None,
     ) -> None:
         self.name = name
+        self.pass_identity_token = pass_identity_token
+        self.permission_fields = {
+            "user": user_ids_field,
+            "group": group_ids_field,
+        }
         self.description = description
         self.endpoint = endpoint
         self.index_name = index_name
@@ -254,9 +290,15 @@ class AzureSearchKnowledgeSource:
             client.close()
         self._check_index_definition(index)
 
+    @property
+    def trims_by_permission(self) -> bool:
+        """Whether searches are trimmed by permission (a token passed, or permission fields)."""
+        return self.pass_identity_token or any(self.permission_fields.values())
+
     def _check_index_definition(self, index: Any) -> None:
         defined = {field.name for field in index.fields or []}
-        missing = [f for f in (*self.select, *self.vector_fields) if f not in defined]
+        wanted = (*self.select, *self.vector_fields, *filter(None, self.permission_fields.values()))
+        missing = [f for f in wanted if f not in defined]
         if missing:
             raise AzureSourceConfigurationError(
                 "FieldNotFound",
@@ -290,14 +332,34 @@ class AzureSearchKnowledgeSource:
         return await asyncio.to_thread(self._search_sync, query)
 
     def search_arguments(self, query: SearchQuery) -> dict[str, Any]:
-        """Return the keyword arguments passed to ``SearchClient.search`` for ``query``."""
+        """Return the keyword arguments passed to ``SearchClient.search`` for ``query``.
+
+        Raises:
+            PermissionsNotEnforceableError: Enforced permissions this search cannot apply.
+            FilterNotSupportedError: A query filter that does not parse on its own while a
+                permission filter is ANDed with it.
+        """
         top = min(query.top, self.top)
+        permission = self.permission_filter(query.access)
+        token = self._token(query)
+        if query.enforce_permissions and permission is None and token is None:
+            raise PermissionsNotEnforceableError(
+                f"knowledge source '{self.name}' has no permission fields and no token to "
+                "pass to Azure for this caller"
+            )
+        if permission is not None and query.filter:
+            try:
+                parse_filter(query.filter)  # ANDed as text: it must stand on its own
+            except ODataError as exc:
+                raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
         kwargs: dict[str, Any] = {
             "search_text": query.text,
-            "filter": and_filters(self.source_filter, query.filter),
+            "filter": and_filters(permission, self.source_filter, query.filter),
             "select": self.select,
             "top": top,
         }
+        if token is not None:
+            kwargs["headers"] = {QUERY_SOURCE_AUTHORIZATION: f"Bearer {token}"}
         if self.vector_fields:
             from azure.search.documents.models import VectorizableTextQuery
 
@@ -315,6 +377,36 @@ class AzureSearchKnowledgeSource:
                 kwargs["query_caption"] = "extractive"
         return kwargs
 
+    def permission_filter(self, access: Access) -> str | None:
+        """The OData filter on the permission fields for ``access`` (``None``: no fields).
+
+        Public documents (``all``) and documents naming one of the identity's ids; unless
+        enforced, also documents without any permission value. Ids are quoted with every
+        ``'`` doubled, so no id can end the string it is in.
+        """
+        identity = access.identity
+        own = {
+            "user": [identity.user_id] if identity and identity.user_id else [],
+            "group": list(identity.groups) if identity else [],
+        }
+        matches, empty = [], []
+        for kind, field in self.permission_fields.items():
+            if field is None:
+                continue
+            ids = " or ".join(f"p eq {_quoted(i)}" for i in (ALL, *own[kind]))
+            matches.append(f"{field}/any(p: {ids})")
+            empty.append(f"not {field}/any()")
+        if not matches:
+            return None
+        visible = " or ".join(matches)
+        return visible if access.enforce else f"{visible} or ({' and '.join(empty)})"
+
+    def _token(self, query: SearchQuery) -> str | None:
+        if not self.pass_identity_token or query.identity is None:
+            return None
+        token = query.identity.token
+        return token.get_secret_value() if token is not None else None
+
     def _search_sync(self, query: SearchQuery) -> list[Hit]:
         from azure.core.exceptions import (
             HttpResponseError,
@@ -323,7 +415,7 @@ class AzureSearchKnowledgeSource:
         )
 
         kwargs = self.search_arguments(query)
-        logger.debug("searching index %s with filter %r", self.index_name, kwargs["filter"])
+        logger.debug("searching index %s with filter %r", self.index_name, query.filter)
         try:
             results = self._client.search(**kwargs)
             # The service pages after 1000 results; never fetch more than asked for.
@@ -362,6 +454,11 @@ class AzureSearchKnowledgeSource:
     def close(self) -> None:
         """Close the underlying HTTP session."""
         self._client.close()
+
+
+def _quoted(value: str) -> str:
+    """An OData string literal: ``'`` doubled inside, so the value cannot end it."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _as_text(value: Any) -> str:

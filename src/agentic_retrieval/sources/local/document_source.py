@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentic_retrieval.odata import Expr, ODataError, and_filters, parse_filter
+from agentic_retrieval.permissions import Access
 from agentic_retrieval.sources.base import (
     FilterNotSupportedError,
     Hit,
@@ -76,22 +77,29 @@ class DocumentKnowledgeSource:
             endpoint, self.index_name, hit.doc_key, api_version, self._source_fields
         )
 
+    trims_by_permission = True
+    """Searches apply document permissions inside the store's SQL (before ranking and top)."""
+
     async def search(self, query: SearchQuery) -> list[Hit]:
-        """Return at most ``query.top`` hits, best first.
+        """Return at most ``query.top`` hits its identity may see, best first.
 
         Raises:
             FilterNotSupportedError: The composed filter is not valid OData.
+            PermissionsNotEnforceableError: Permissions are enforced and the store holds
+                none.
         """
         text = and_filters(self.base_filter, query.filter)
         try:
             expr = parse_filter(text) if text else None
         except ODataError as exc:
             raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
-        return await asyncio.to_thread(self._search, query.text, query.top, expr)
+        return await asyncio.to_thread(self._search, query.text, query.top, expr, query.access)
 
-    def _search(self, text: str, top: int, expr: Expr | None) -> list[Hit]:
+    def _search(self, text: str, top: int, expr: Expr | None, access: Access) -> list[Hit]:
         per_unit = self.kind == "searchIndex"
-        found = self.documents.search(text, top=top, filter_expr=expr, per_unit=per_unit)
+        found = self.documents.search(
+            text, top=top, filter_expr=expr, per_unit=per_unit, access=access
+        )
         return [self._to_hit(hit) for hit in found]
 
     def _to_hit(self, hit: DocumentHit) -> Hit:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_retrieval.odata import Expr
+from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
 from agentic_retrieval.sources.local.loaders import Section
 from agentic_retrieval.sources.local.store import (
@@ -72,6 +73,7 @@ class DocumentStore:
         sections: Sequence[Section],
         fields: Mapping[str, Any],
         vector: Sequence[float] | None = None,
+        permissions: Permissions | None = None,
     ) -> int:
         """Add or replace a unit and its chunks in one transaction.
 
@@ -83,6 +85,8 @@ class DocumentStore:
                 unit is found by filters and browsing.
             fields: Filterable metadata on every chunk.
             vector: One vector for every chunk (hybrid search), if any.
+            permissions: Who may see the unit (``None``: unmarked, or the permissions it
+                already had).
 
         Returns:
             The number of chunks written.
@@ -93,8 +97,16 @@ class DocumentStore:
         path = RECORD_PREFIX + key
         state = FileState(path, path, digest, digest, 0.0, len(body), len(chunks))
         vectors = [list(vector)] * len(chunks) if vector is not None else None
-        self.store.replace_file(state, json.loads(body), chunks, vectors)
+        self.store.replace_file(state, json.loads(body), chunks, vectors, permissions)
         return len(chunks)
+
+    def permissions(self, key: str) -> Permissions | None:
+        """Who may see the unit ``key`` (``None``: unmarked or absent)."""
+        return self.store.permissions_of(RECORD_PREFIX + key)
+
+    def set_permissions(self, key: str, permissions: Permissions) -> bool:
+        """Give the unit ``key`` new permissions; whether anything changed."""
+        return self.store.set_permissions(RECORD_PREFIX + key, permissions)
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The unit stored under ``key``."""
@@ -127,6 +139,7 @@ class DocumentStore:
         filter_expr: Expr | None = None,
         vector: Sequence[float] | None = None,
         per_unit: bool = True,
+        access: Access = ANONYMOUS,
     ) -> list[DocumentHit]:
         """Search the chunks; with ``per_unit``, each unit once (scored by its best chunk).
 
@@ -137,6 +150,7 @@ class DocumentStore:
             filter_expr: A parsed OData filter over the chunks' fields.
             vector: A query vector (hybrid search when the store has vectors).
             per_unit: Group chunks by unit (documents); otherwise every chunk is a result.
+            access: Who is asking (see :meth:`LocalStore.search`).
         """
         wanted = skip + top
         if top <= 0:
@@ -145,7 +159,7 @@ class DocumentStore:
         hits: list[DocumentHit] = []
         for _ in range(_SEARCH_DEPTH_ROUNDS):
             chunks = self.store.search(
-                text, top=depth, filter_expr=filter_expr, query_vector=vector
+                text, top=depth, filter_expr=filter_expr, query_vector=vector, access=access
             )
             hits = _group(chunks) if per_unit else [_hit(c) for c in chunks]
             if len(hits) >= wanted or len(chunks) < depth:
@@ -153,9 +167,11 @@ class DocumentStore:
             depth *= 4
         return hits[skip:wanted]
 
-    def count_matches(self, text: str, filter_expr: Expr | None = None) -> int:
-        """How many units match ``text`` and ``filter_expr`` (as :meth:`search` matches)."""
-        return self.store.count_matching_files(text, filter_expr)
+    def count_matches(
+        self, text: str, filter_expr: Expr | None = None, *, access: Access = ANONYMOUS
+    ) -> int:
+        """How many units ``access`` may see match ``text`` and ``filter_expr``."""
+        return self.store.count_matching_files(text, filter_expr, access=access)
 
     def _chunks(
         self, key: str, title: str, sections: Sequence[Section], fields: Mapping[str, Any]

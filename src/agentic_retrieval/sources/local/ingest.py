@@ -7,6 +7,14 @@ embedding model) and written in one transaction that replaces the file's previou
 indexed files that disappeared from an indexed folder are removed. A file that cannot be read
 is reported with the reason and skipped; the run goes on.
 
+Permissions (who may see a file; see :mod:`agentic_retrieval.permissions`) come from the
+run's ``permissions`` argument (``--allow-user``, ``--allow-group``, ``--public``) or, per
+file, from a *sidecar*: ``report.pdf.permissions.json`` next to ``report.pdf`` holding
+``{"userIds": [...], "groupIds": [...]}`` (``"all"`` in either list makes the file public).
+A sidecar wins over the run's permissions; sidecars themselves are never indexed. A run that
+gives no permissions keeps each file's earlier ones, so re-indexing never widens access; a
+changed sidecar or run permission updates the file without re-reading it.
+
 Chunk ids are ``<slug>-<ordinal>``: the slug is the file's path relative to the folder given
 to :func:`index_paths` *including that folder's own name* (just the file name when a file is
 given directly), lower-cased with every run of non-alphanumerics turned into ``-``; e.g.
@@ -31,6 +39,7 @@ from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
+from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
 from agentic_retrieval.sources.local.loaders import (
     SUPPORTED_EXTENSIONS,
@@ -53,6 +62,9 @@ RESERVED_METADATA = frozenset({"source_path", "file_name", "title", "chunk", "pa
 MAX_FILE_BYTES = 256 * 1024 * 1024
 """Larger files are reported as failed rather than read into memory."""
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+SIDECAR_SUFFIX = ".permissions.json"
+"""A file ``NAME`` + this suffix holds ``NAME``'s permissions (and is never indexed itself)."""
+_SIDECAR_KEYS = frozenset({"userIds", "groupIds"})
 _SLUG_JUNK = re.compile(r"[^a-z0-9]+")
 
 FileStatus = Literal["indexed", "unchanged", "failed", "deleted"]
@@ -133,6 +145,7 @@ def index_paths(
     progress: ProgressCallback | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     overlap: int = DEFAULT_OVERLAP,
+    permissions: Permissions | None = None,
 ) -> IndexReport:
     """Index files and folders (recursively) into ``store``.
 
@@ -146,6 +159,8 @@ def index_paths(
         progress: Called after each file.
         chunk_size: Maximum chunk length in characters.
         overlap: Characters of whole sentences repeated between consecutive chunks.
+        permissions: Who may see these files (a file's sidecar overrides it); ``None``
+            keeps each file's earlier permissions (new files are unmarked).
 
     Returns:
         The report; unreadable files are listed in ``failed`` rather than raised.
@@ -156,7 +171,9 @@ def index_paths(
     """
     user_metadata = validate_metadata(metadata or {})
     with store.exclusive_writer():
-        return _index(store, paths, user_metadata, embeddings, progress, chunk_size, overlap)
+        return _index(
+            store, paths, user_metadata, embeddings, progress, chunk_size, overlap, permissions
+        )
 
 
 def _index(
@@ -167,6 +184,7 @@ def _index(
     progress: ProgressCallback | None,
     chunk_size: int,
     overlap: int,
+    permissions: Permissions | None,
 ) -> IndexReport:
     started = time.perf_counter()
     report = IndexReport()
@@ -178,6 +196,7 @@ def _index(
         "vectors": embeddings is not None,
     }
     indexer = _FileIndexer(store, user_metadata, embeddings, settings, chunk_size, overlap)
+    indexer.permissions = permissions
     seen: set[str] = set()
     total = len(candidates)
     for done, candidate in enumerate(candidates, start=1):
@@ -219,6 +238,30 @@ def validate_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return plain
 
 
+def read_sidecar(path: Path) -> Permissions | None:
+    """The permissions in ``path``'s sidecar (``NAME.permissions.json``), if it has one.
+
+    Raises:
+        ValueError: The sidecar is not ``{"userIds": [...], "groupIds": [...]}``.
+        OSError: It exists but cannot be read.
+    """
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    if not sidecar.is_file():
+        return None
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8-sig"))
+    except ValueError as exc:
+        raise ValueError(f"{sidecar.name}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or not data or set(data) - _SIDECAR_KEYS:
+        raise ValueError(
+            f'{sidecar.name}: expected {{"userIds": [...], "groupIds": [...]}}, got {data!r:.80}'
+        )
+    try:
+        return Permissions.from_lists(data.get("userIds"), data.get("groupIds"))
+    except ValueError as exc:
+        raise ValueError(f"{sidecar.name}: {exc}") from exc
+
+
 def _collect(
     paths: Iterable[str | Path], report: IndexReport
 ) -> tuple[list[_Candidate], list[Path]]:
@@ -234,11 +277,15 @@ def _collect(
         if path.is_dir():
             roots.append(path)
             for file in _walk(path, report):
+                if file.name.lower().endswith(SIDECAR_SUFFIX):
+                    continue  # a sidecar: read with the file it describes
                 if file.suffix.lower() not in SUPPORTED_EXTENSIONS:
                     report.ignored.append(str(file))
                     continue
                 relative = Path(path.name) / file.relative_to(path)
                 candidates.setdefault(file, _Candidate(file, slugify(relative.as_posix()), False))
+        elif path.name.lower().endswith(SIDECAR_SUFFIX):
+            report.ignored.append(str(path))  # never index who may see a file as content
         else:
             # A missing explicit file is handled per file (deleted if it was indexed).
             candidates.setdefault(path, _Candidate(path, slugify(path.name), True))
@@ -359,6 +406,7 @@ class _FileIndexer:
         self.settings_json = json.dumps(settings, sort_keys=True)
         self.chunk_size = chunk_size
         self.overlap = overlap
+        self.permissions: Permissions | None = None
 
     def index(self, candidate: _Candidate, report: IndexReport) -> FileStatus:
         key = str(candidate.path)
@@ -373,9 +421,12 @@ class _FileIndexer:
             return self._fail(report, key, f"unsupported file type {candidate.path.suffix!r}")
         try:
             data, stat_result = read_regular_file(candidate.path, follow_links=candidate.explicit)
+            permissions = read_sidecar(candidate.path) or self.permissions
         except OSError as exc:
             return self._fail(report, key, f"cannot read: {exc.strerror or exc}")
         except LoaderError as exc:
+            return self._fail(report, key, str(exc))
+        except ValueError as exc:  # a malformed sidecar: never index with a guess
             return self._fail(report, key, str(exc))
         if len(data) > MAX_FILE_BYTES:  # it grew while being read
             return self._fail(report, key, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
@@ -384,6 +435,9 @@ class _FileIndexer:
         if previous is not None and previous.fingerprint == fingerprint:
             if previous.mtime != stat_result.st_mtime:
                 self.store.touch_file(key, stat_result.st_mtime)
+            if permissions is not None and self.store.set_permissions(key, permissions):
+                report.indexed.append(key)
+                return "indexed"
             report.unchanged.append(key)
             return "unchanged"
         try:
@@ -402,7 +456,7 @@ class _FileIndexer:
                 stat_result.st_size,
                 len(chunks),
             )
-            self.store.replace_file(state, self.metadata, chunks, vectors)
+            self.store.replace_file(state, self.metadata, chunks, vectors, permissions)
         except (LoaderError, StoreError) as exc:
             return self._fail(report, key, str(exc))
         report.indexed.append(key)

@@ -8,6 +8,11 @@ metadata and chunking settings are unchanged is skipped. Chunk ids are ``<record
 
 Records read from a file remember it: indexing the same file again removes the records it no
 longer holds, like files deleted from an indexed folder.
+
+Permissions: a record's own permission fields (see
+:mod:`~agentic_retrieval.sources.local.records`) win over the run's ``permissions``; a record
+with neither keeps the permissions it had (a new one is unmarked). A change of permissions
+alone updates the record without re-chunking or re-embedding it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
 from agentic_retrieval.sources.local.ingest import (
     FileFailure,
@@ -62,6 +68,7 @@ class _Prepared:
     state: FileState
     chunks: list[ChunkRecord]
     origin: str | None
+    permissions: Permissions | None
 
 
 def index_records(
@@ -74,18 +81,21 @@ def index_records(
     progress: ProgressCallback | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     overlap: int = DEFAULT_OVERLAP,
+    permissions: Permissions | None = None,
 ) -> IndexReport:
     """Add or update records (dicts, LangChain ``Document``s or :class:`Record`s).
 
     Args:
         store: The destination.
         records: The records; an unreadable one is reported in ``failed`` and skipped.
-        fields: Which fields hold the id, title and text (default: :class:`RecordFields`).
+        fields: Which fields hold the id, title, text and permissions (default:
+            :class:`RecordFields`).
         metadata: Fields stored on every chunk of these records (like ``--meta``).
         embeddings: When given, chunks are embedded for hybrid search.
         progress: Called after each record.
         chunk_size: Maximum chunk length in characters.
         overlap: Characters of whole sentences repeated between consecutive chunks.
+        permissions: Who may see records that name no permissions of their own.
 
     Returns:
         The report; ``indexed``, ``unchanged`` and ``failed`` name record ids (or, for a
@@ -96,7 +106,7 @@ def index_records(
         StoreBusyError: Another run is writing to ``store`` (one writer at a time).
     """
     items = [(f"record {n}", item) for n, item in enumerate(records, start=1)]
-    indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap)
+    indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap, permissions)
     with store.exclusive_writer():
         return indexer.run(items, progress, origin=None)
 
@@ -111,6 +121,7 @@ def index_records_file(
     progress: ProgressCallback | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     overlap: int = DEFAULT_OVERLAP,
+    permissions: Permissions | None = None,
 ) -> IndexReport:
     """Index a JSONL / JSON / CSV / TSV file of records and drop the ones it no longer holds.
 
@@ -126,7 +137,7 @@ def index_records_file(
     origin = str(Path(path).expanduser().resolve())
     fields = fields or RecordFields()
     items: list[tuple[str, RecordInput | RecordFailure]] = list(read_records(origin, fields))
-    indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap)
+    indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap, permissions)
     with store.exclusive_writer():
         return indexer.run(items, progress, origin=origin)
 
@@ -162,8 +173,10 @@ class _Indexer:
         embeddings: Embeddings | None,
         chunk_size: int,
         overlap: int,
+        permissions: Permissions | None = None,
     ) -> None:
         self.store = store
+        self.permissions = permissions
         self.fields = fields or RecordFields()
         self.metadata = validate_metadata(metadata or {})
         self.embeddings = embeddings
@@ -239,13 +252,17 @@ class _Indexer:
         fingerprint = hashlib.sha256(f"{content_hash}\n{self.settings_json}".encode()).hexdigest()
         key = RECORD_PREFIX + record.id
         previous = self.store.file_state(key)
+        permissions = record.permissions or self.permissions
         if previous is not None and previous.fingerprint == fingerprint:
+            if permissions is not None and self.store.set_permissions(key, permissions):
+                report.indexed.append(record.id)
+                return "indexed", None
             report.unchanged.append(record.id)
             return "unchanged", None
         chunks = self._chunks(record)
         size = len(record.text.encode())
         state = FileState(key, key, content_hash, fingerprint, 0.0, size, len(chunks))
-        return "indexed", _Prepared(record, state, chunks, origin)
+        return "indexed", _Prepared(record, state, chunks, origin, permissions)
 
     def _chunks(self, record: Record) -> list[ChunkRecord]:
         texts = chunk_text(record.text, self.chunk_size, self.overlap) or [record.text]
@@ -278,7 +295,7 @@ class _Indexer:
             offset += count
             stored = {"origin": item.origin} if item.origin is not None else {}
             try:
-                self.store.replace_file(item.state, stored, item.chunks, mine)
+                self.store.replace_file(item.state, stored, item.chunks, mine, item.permissions)
             except StoreError as exc:
                 self._fail(report, item.record.id, str(exc))
                 continue

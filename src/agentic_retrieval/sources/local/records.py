@@ -5,6 +5,11 @@ filterable metadata on every chunk of the record. Field names are chosen with
 :class:`RecordFields` (defaults: id ``_id`` then ``id``, title ``title``, text ``text`` then
 ``content``), so a BEIR ``corpus.jsonl`` reads with no options.
 
+A record's permissions (who may see it) come from the fields named by
+``RecordFields.user_ids`` and ``RecordFields.group_ids`` when set: a list of ids, or one
+string of ids separated by ``;`` or ``,`` (a CSV cell); ``all`` makes the record public. Those
+fields never become metadata (a filter cannot read or test them).
+
 LangChain ``Document``s (from any ``langchain_community`` document loader) become records
 too: the text is ``page_content``, the metadata are the document's metadata, and the id is
 ``Document.id``, else an id field of the metadata, else the loader's ``source`` (plus its
@@ -26,6 +31,7 @@ from langchain_core.documents import Document
 
 # defined in errors.py; importable from here
 from agentic_retrieval.errors import RecordError as RecordError
+from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.store import json_default
 
@@ -34,6 +40,7 @@ RESERVED_RECORD_FIELDS = RESERVED_METADATA
 """Metadata names the store sets itself on record chunks (``record_id``, ``title``...)."""
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _LOADER_POSITION_KEYS = ("row", "page", "seq_num", "start_index")
+_ID_SEPARATORS = re.compile(r"[;,]")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 
 
@@ -44,6 +51,10 @@ class RecordFields:
     id: tuple[str, ...] = ("_id", "id")
     title: tuple[str, ...] = ("title",)
     text: tuple[str, ...] = ("text", "content")
+    user_ids: str | None = None
+    """The field holding the user ids allowed to see a record (none: not read)."""
+    group_ids: str | None = None
+    """The field holding the group ids allowed to see a record (none: not read)."""
 
     @classmethod
     def of(
@@ -51,6 +62,9 @@ class RecordFields:
         id_field: str | None = None,
         title_field: str | None = None,
         text_field: str | None = None,
+        *,
+        user_ids_field: str | None = None,
+        group_ids_field: str | None = None,
     ) -> RecordFields:
         """Defaults, with each given field name replacing its default candidates."""
         default = cls()
@@ -58,12 +72,30 @@ class RecordFields:
             id=(id_field,) if id_field else default.id,
             title=(title_field,) if title_field else default.title,
             text=(text_field,) if text_field else default.text,
+            user_ids=user_ids_field or None,
+            group_ids=group_ids_field or None,
         )
 
     @property
     def names(self) -> frozenset[str]:
         """Every candidate field name (none of them becomes metadata)."""
-        return frozenset((*self.id, *self.title, *self.text))
+        permission_fields = (f for f in (self.user_ids, self.group_ids) if f)
+        return frozenset((*self.id, *self.title, *self.text, *permission_fields))
+
+    def permissions(self, item: Mapping[str, Any]) -> Permissions | None:
+        """The permissions ``item`` carries in the permission fields (``None``: none given).
+
+        Raises:
+            RecordError: A permission field that is not a list of ids or a string of them.
+        """
+        users = _ids(item.get(self.user_ids)) if self.user_ids else None
+        groups = _ids(item.get(self.group_ids)) if self.group_ids else None
+        if not users and not groups:
+            return None
+        try:
+            return Permissions.from_lists(users, groups)
+        except ValueError as exc:
+            raise RecordError(f"permissions: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +106,8 @@ class Record:
     title: str
     text: str
     metadata: Mapping[str, Any]
+    permissions: Permissions | None = None
+    """Who may see it (``None``: the ingestion's default, or what it had)."""
 
     def canonical(self) -> str:
         """A stable serialisation (what the content hash is computed over)."""
@@ -109,7 +143,8 @@ def to_record(item: Mapping[str, Any] | Document, fields: RecordFields) -> Recor
     title = _first(item, fields.title)
     text = _first(item, fields.text)
     metadata = {k: v for k, v in item.items() if k not in fields.names}
-    return _record(str(identifier), title, text, metadata, fields)
+    record = _record(str(identifier), title, text, metadata, fields)
+    return _with_permissions(record, item, fields)
 
 
 def _from_document(document: Document, fields: RecordFields) -> Record:
@@ -123,8 +158,31 @@ def _from_document(document: Document, fields: RecordFields) -> Record:
             "a Document needs an id: set Document.id, or an 'id' (or 'source') metadata field"
         )
     title = _first(metadata, fields.title)
+    permission_source = metadata
     metadata = {k: v for k, v in metadata.items() if k not in fields.names}
-    return _record(str(identifier), title, document.page_content, metadata, fields)
+    record = _record(str(identifier), title, document.page_content, metadata, fields)
+    return _with_permissions(record, permission_source, fields)
+
+
+def _with_permissions(record: Record, item: Mapping[str, Any], fields: RecordFields) -> Record:
+    try:
+        permissions = fields.permissions(item)
+    except RecordError as exc:
+        raise RecordError(f"record {record.id!r}: {exc}") from exc
+    if permissions is None:
+        return record
+    return Record(record.id, record.title, record.text, record.metadata, permissions)
+
+
+def _ids(value: Any) -> list[str]:
+    """A permission field's ids: a list, or one string separated by ``;`` or ``,``."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str | int):
+        return [part.strip() for part in _ID_SEPARATORS.split(str(value)) if part.strip()]
+    if isinstance(value, list | tuple):
+        return [str(v) if isinstance(v, int) else v for v in value]
+    raise RecordError(f"permissions: expected a list of ids or a string, not {value!r:.60}")
 
 
 def _record(

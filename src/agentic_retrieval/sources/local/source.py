@@ -20,6 +20,7 @@ from agentic_retrieval.odata import (
     ODataError,
     parse_filter,
 )
+from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.base import (
     FilterNotSupportedError,
     Hit,
@@ -128,8 +129,11 @@ class LocalKnowledgeSource:
         """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
         return url_from_metadata(hit.metadata)
 
+    trims_by_permission = True
+    """Searches apply document permissions inside the store's SQL (before ranking and top)."""
+
     async def search(self, query: SearchQuery) -> list[Hit]:
-        """Return at most ``query.top`` hits for ``query``, best first.
+        """Return at most ``query.top`` hits for ``query`` that its identity may see.
 
         Cancelling the call also stops the search in its worker thread.
 
@@ -138,12 +142,14 @@ class LocalKnowledgeSource:
             SourceError: ``KnowledgeSourceUnavailable`` while the index file is damaged or
                 missing, ``KnowledgeSourceError`` when SQLite fails otherwise (both without
                 SQLite's internals; the log has them).
+            PermissionsNotEnforceableError: Permissions are enforced and the store holds
+                none.
         """
         filter_expr = self._parse_filter(query.filter)
         cancel = threading.Event()
         try:
             return await asyncio.to_thread(
-                self.search_sync, query.text, query.top, filter_expr, cancel
+                self.search_sync, query.text, query.top, filter_expr, cancel, query.access
             )
         except asyncio.CancelledError:
             cancel.set()  # the worker thread's SQLite statement stops too, not only the wait
@@ -166,6 +172,7 @@ class LocalKnowledgeSource:
         top: int = 50,
         filter_expr: Expr | None = None,
         cancel: threading.Event | None = None,
+        access: Access = ANONYMOUS,
     ) -> list[Hit]:
         """Blocking search (what :meth:`search` runs in a worker thread).
 
@@ -174,7 +181,12 @@ class LocalKnowledgeSource:
         """
         vector = self.embeddings.embed_query(text) if self.embeddings and text.strip() else None
         stored = self.store.search(
-            text, top=top, filter_expr=filter_expr, query_vector=vector, cancel=cancel
+            text,
+            top=top,
+            filter_expr=filter_expr,
+            query_vector=vector,
+            cancel=cancel,
+            access=access,
         )
         return [self._to_hit(hit) for hit in stored]
 
@@ -184,8 +196,13 @@ class LocalKnowledgeSource:
         *,
         metadata: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
+        permissions: Permissions | None = None,
     ) -> IndexReport:
-        """Index files and folders into this source (see :func:`index_paths`)."""
+        """Index files and folders into this source (see :func:`index_paths`).
+
+        ``permissions`` says who may see these files (a ``NAME.permissions.json`` sidecar
+        overrides it per file); ``None`` keeps each file's earlier permissions.
+        """
         return index_paths(
             self.store,
             paths,
@@ -194,6 +211,7 @@ class LocalKnowledgeSource:
             progress=progress,
             chunk_size=self.chunk_size,
             overlap=self.overlap,
+            permissions=permissions,
         )
 
     def add_documents(
@@ -205,12 +223,16 @@ class LocalKnowledgeSource:
         text_field: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
+        permissions: Permissions | None = None,
+        user_ids_field: str | None = None,
+        group_ids_field: str | None = None,
     ) -> IndexReport:
         """Add or update documents given as dicts or LangChain ``Document``s.
 
         Incremental: a document whose id, text, title and fields are unchanged is skipped;
-        a changed one replaces its chunks. Every field other than the id, title and text is
-        stored as filterable metadata (see :mod:`~agentic_retrieval.sources.local.records`).
+        a changed one replaces its chunks. Every field other than the id, title, text and
+        permission fields is stored as filterable metadata (see
+        :mod:`~agentic_retrieval.sources.local.records`).
 
         Args:
             documents: Dicts or ``Document``s (e.g. from a ``langchain_community`` loader).
@@ -219,19 +241,32 @@ class LocalKnowledgeSource:
             text_field: The text field of dicts (default: ``text``, else ``content``).
             metadata: Fields added to every chunk of these documents.
             progress: Called after each document.
+            permissions: Who may see documents that name no permissions of their own
+                (``None``: each keeps what it had; new ones are unmarked).
+            user_ids_field: The field (of a dict, or of a ``Document``'s metadata) listing
+                the user ids allowed to see that document.
+            group_ids_field: Likewise for group ids.
 
         Returns:
             The report: ids indexed, unchanged, and failed (with the reason).
         """
+        fields = RecordFields.of(
+            id_field,
+            title_field,
+            text_field,
+            user_ids_field=user_ids_field,
+            group_ids_field=group_ids_field,
+        )
         return index_records(
             self.store,
             documents,
-            fields=RecordFields.of(id_field, title_field, text_field),
+            fields=fields,
             metadata=metadata,
             embeddings=self.embeddings,
             progress=progress,
             chunk_size=self.chunk_size,
             overlap=self.overlap,
+            permissions=permissions,
         )
 
     def index_records(
@@ -241,6 +276,7 @@ class LocalKnowledgeSource:
         fields: RecordFields | None = None,
         metadata: Mapping[str, Any] | None = None,
         progress: ProgressCallback | None = None,
+        permissions: Permissions | None = None,
     ) -> IndexReport:
         """Index a JSONL / JSON / CSV / TSV records file (see :func:`index_records_file`)."""
         return index_records_file(
@@ -252,6 +288,7 @@ class LocalKnowledgeSource:
             progress=progress,
             chunk_size=self.chunk_size,
             overlap=self.overlap,
+            permissions=permissions,
         )
 
     def delete_documents(self, ids: Iterable[str]) -> IndexReport:

@@ -12,7 +12,15 @@ Tables:
 - ``chunks_fts``: an FTS5 index over ``title`` and ``content`` (external content, kept in sync
   by triggers), ranked by ``bm25`` with the title weighted 3x;
 - ``meta``: a ``generation`` counter bumped by every write, so readers know when their
-  in-memory vector matrix is stale, plus the embedding dimension.
+  in-memory vector matrix is stale, plus the embedding dimension and the ``schema_version``;
+- ``file_principals``: the users (``u:<id>``) and groups (``g:<id>``) allowed to see each
+  file or record whose ``files.access`` is ``restricted``; ``access`` is ``public``, or
+  ``NULL`` for a document ingested without permissions (see :mod:`agentic_retrieval.permissions`).
+
+Permission trimming runs inside the SQL of every search (lexical, vector, browse, count),
+before ranking and ``top``: a chunk is a candidate only if its file is in the set the caller
+may see, built from ``file_principals`` (indexed by principal) with the caller's principals as
+bound parameters. The predicate is never text a filter could be concatenated into.
 
 The database runs in WAL mode: readers (other threads, other processes) never block the
 indexer and see each file either entirely old or entirely new. Connections are per thread and
@@ -37,10 +45,11 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 # defined in errors.py; importable from here as before
-from agentic_retrieval.errors import StoreBusyError
+from agentic_retrieval.errors import PermissionsNotEnforceableError, StoreBusyError
 from agentic_retrieval.errors import StoreError as StoreError
 from agentic_retrieval.errors import StoreNotFoundError as StoreNotFoundError
 from agentic_retrieval.odata import Expr, to_sql
+from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.health import StoreHealth, is_damage
 from agentic_retrieval.text import MAX_QUERY_TERMS
 
@@ -114,6 +123,23 @@ INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
 
+SCHEMA_VERSION = 2
+"""Version 2 added permissions (``files.access`` and ``file_principals``)."""
+_PERMISSIONS_SCHEMA = """
+ALTER TABLE files ADD COLUMN access TEXT;
+CREATE TABLE IF NOT EXISTS file_principals (
+    file_id INTEGER NOT NULL,
+    principal TEXT NOT NULL,
+    PRIMARY KEY (file_id, principal)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS file_principals_by_principal ON file_principals(principal, file_id);
+CREATE INDEX IF NOT EXISTS files_by_access ON files(access);
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
+UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+"""
+PUBLIC = "public"
+RESTRICTED = "restricted"
+
 
 RECORD_PREFIX = "record:"
 """Path (and slug) prefix of the ``files`` rows that hold records rather than files."""
@@ -162,6 +188,20 @@ class StoredHit:
     page: int | None
     metadata: dict[str, Any]
     score: float
+
+
+@dataclass(frozen=True, slots=True)
+class AccessSummary:
+    """How many documents of a store are public, restricted (named principals) or unmarked."""
+
+    public: int = 0
+    restricted: int = 0
+    unmarked: int = 0
+
+    @property
+    def has_permissions(self) -> bool:
+        """Whether any document was ingested with permissions."""
+        return bool(self.public or self.restricted)
 
 
 @dataclass(slots=True)
@@ -295,6 +335,7 @@ class LocalStore:
                 "nothing was changed"
             )
         self._connection().executescript(_SCHEMA)
+        self._migrate()
         trigger = (
             self._connection()
             .execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'chunks_ai'")
@@ -382,6 +423,32 @@ class LocalStore:
 
     def _write(self) -> _Transaction:
         return _Transaction(self._connection())
+
+    def _migrate(self) -> None:
+        """Bring a store written by an earlier version to :data:`SCHEMA_VERSION`.
+
+        Stores from before permissions existed open as they were: their documents are
+        unmarked, hence hidden wherever permissions are enforced (fail closed) and visible
+        elsewhere, as before. Safe when several processes open one old store at once: the
+        check and the change run in one write transaction.
+        """
+        if self._schema_version() >= SCHEMA_VERSION:
+            return
+        with self._write() as conn:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(files)")}
+            if "access" in columns:  # another process migrated it meanwhile
+                return
+            for statement in _PERMISSIONS_SCHEMA.strip().split(";\n"):
+                conn.execute(statement)
+        logger.info("migrated %s to schema version %d (permissions)", self.path, SCHEMA_VERSION)
+
+    def _schema_version(self) -> int:
+        row = (
+            self._connection()
+            .execute("SELECT value FROM meta WHERE key = 'schema_version'")
+            .fetchone()
+        )
+        return int(row[0]) if row else 1
 
     def transaction(self) -> _Transaction:
         """One transaction around several writes of this thread (each still all-or-nothing).
@@ -476,24 +543,30 @@ class LocalStore:
         )
         return [(row[0], json.loads(row[1])) for row in rows]
 
-    def count_matching_files(self, text: str, filter_expr: Expr | None = None) -> int:
-        """How many files have a chunk matching ``text`` and ``filter_expr``.
+    def count_matching_files(
+        self, text: str, filter_expr: Expr | None = None, *, access: Access = ANONYMOUS
+    ) -> int:
+        """How many files the caller may see have a chunk matching ``text`` and ``filter_expr``.
 
         Text matches as in :meth:`search` (``*`` or empty: every chunk passing the filter).
+
+        Raises:
+            PermissionsNotEnforceableError: As for :meth:`search`.
         """
-        where, params = self._filter_sql(filter_expr)
         match = fts_match_expression(text, segmented=self.segmented)
-        if match is None:
-            if text.strip() not in ("", "*") and filter_expr is None:
-                return 0
-            sql = f"SELECT count(DISTINCT c.file_id) FROM chunks c WHERE {where}"
-            row = self._connection().execute(sql, params).fetchone()
-        else:
-            sql = (
-                "SELECT count(DISTINCT c.file_id) FROM chunks_fts "
-                f"JOIN chunks c ON c.rid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND {where}"
-            )
-            row = self._connection().execute(sql, [match, *params]).fetchone()
+        if match is None and text.strip() not in ("", "*") and filter_expr is None:
+            return 0
+        with self._snapshot():
+            where, params = self._where(filter_expr, access)
+            if match is None:
+                sql = f"SELECT count(DISTINCT c.file_id) FROM chunks c WHERE {where}"
+                row = self._connection().execute(sql, params).fetchone()
+            else:
+                sql = (
+                    "SELECT count(DISTINCT c.file_id) FROM chunks_fts JOIN chunks c "
+                    f"ON c.rid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND {where}"
+                )
+                row = self._connection().execute(sql, [match, *params]).fetchone()
         return int(row[0])
 
     def slug_owner(self, slug: str) -> str | None:
@@ -544,6 +617,7 @@ class LocalStore:
         metadata: Mapping[str, Any],
         chunks: Sequence[ChunkRecord],
         vectors: Sequence[Sequence[float]] | None = None,
+        permissions: Permissions | None = None,
     ) -> None:
         """Replace everything indexed for ``state.path`` in one transaction.
 
@@ -552,6 +626,9 @@ class LocalStore:
             metadata: The user metadata given at ingest time (stored for reference).
             chunks: The file's chunks, in order.
             vectors: One vector per chunk, or ``None`` for a lexical-only index.
+            permissions: Who may see the file. ``None`` keeps the permissions it had (a
+                re-index that does not mention permissions never widens access); a new
+                file without any is unmarked.
 
         Raises:
             StoreError: When the vectors' dimension differs from the index's.
@@ -560,6 +637,8 @@ class LocalStore:
         blobs = self._vector_blobs(vectors, len(chunks))
         meta_json = json.dumps(dict(metadata), default=json_default, sort_keys=True)
         with self._write() as conn:
+            if permissions is None:
+                permissions = _read_permissions(conn, state.path)
             self._delete_file_rows(conn, state.path)
             cursor = conn.execute(
                 "INSERT INTO files(path, slug, content_hash, fingerprint, mtime, size, metadata, "
@@ -602,7 +681,46 @@ class LocalStore:
                     "INSERT OR IGNORE INTO meta(key, value) VALUES ('dimension', ?)",
                     (str(len(vectors[0])),),
                 )
+            if permissions is not None:
+                _write_permissions(conn, int(file_id or 0), permissions)
             _bump_generation(conn)
+
+    def permissions_of(self, path: str) -> Permissions | None:
+        """Who may see the indexed ``path``; ``None`` when unmarked (or not indexed)."""
+        return _read_permissions(self._connection(), path)
+
+    def set_permissions(self, path: str, permissions: Permissions) -> bool:
+        """Give the indexed ``path`` new permissions (its chunks stay as they are).
+
+        Returns:
+            Whether anything changed (``False`` also when ``path`` is not indexed).
+        """
+        with self._write() as conn:
+            row = conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+            if row is None or _read_permissions(conn, path) == permissions:
+                return False
+            conn.execute("DELETE FROM file_principals WHERE file_id = ?", (row[0],))
+            _write_permissions(conn, int(row[0]), permissions)
+            _bump_generation(conn)
+        return True
+
+    def access_summary(self) -> AccessSummary:
+        """How many documents are public, restricted and unmarked (cached per generation)."""
+        generation = self.generation()
+        cached = getattr(self._local, "access", None)
+        if cached is None or cached[0] != generation:
+            counts = dict(
+                self._connection().execute("SELECT access, count(*) FROM files GROUP BY access")
+            )
+            summary = AccessSummary(
+                public=int(counts.get(PUBLIC, 0)),
+                restricted=int(counts.get(RESTRICTED, 0)),
+                unmarked=int(counts.get(None, 0)),
+            )
+            cached = (generation, summary)
+            self._local.access = cached
+        result: AccessSummary = cached[1]
+        return result
 
     def touch_file(self, path: str, mtime: float) -> None:
         """Record a new mtime for an unchanged file (no generation bump: no content changed)."""
@@ -621,6 +739,7 @@ class LocalStore:
         if row is None:
             return 0
         removed = conn.execute("DELETE FROM chunks WHERE file_id = ?", (row[0],)).rowcount
+        conn.execute("DELETE FROM file_principals WHERE file_id = ?", (row[0],))
         conn.execute("DELETE FROM files WHERE id = ?", (row[0],))
         return int(removed)
 
@@ -659,6 +778,7 @@ class LocalStore:
         filter_expr: Expr | None = None,
         query_vector: Sequence[float] | None = None,
         cancel: threading.Event | None = None,
+        access: Access = ANONYMOUS,
     ) -> list[StoredHit]:
         """Search the index: BM25 alone, or BM25 and cosine fused by reciprocal rank.
 
@@ -669,6 +789,9 @@ class LocalStore:
             query_vector: The embedded query; enables hybrid search when the index has vectors.
             cancel: Set from another thread to abort the search mid-query (its caller has
                 gone); the search then raises ``sqlite3.OperationalError`` (interrupted).
+            access: Who is asking: only chunks of documents they may see are candidates
+                (see :mod:`agentic_retrieval.permissions`); the default is an anonymous
+                caller, permissions not enforced.
 
         Returns:
             Hits, best first. Scores are ``-bm25`` (higher is better) for lexical search and
@@ -679,6 +802,8 @@ class LocalStore:
         Raises:
             StoreUnavailableError: The file is damaged or missing (see
                 :mod:`~agentic_retrieval.sources.local.health`).
+            PermissionsNotEnforceableError: ``access`` enforces permissions and no document of
+                this store has any (it was indexed without permissions).
 
         """
         if top <= 0:
@@ -689,7 +814,7 @@ class LocalStore:
             # SQLite calls this every few thousand steps; non-zero aborts the statement
             conn.set_progress_handler(cancel.is_set, _CANCEL_CHECK_STEPS)
         try:
-            return self._search(text, top, filter_expr, query_vector)
+            return self._search(text, top, filter_expr, query_vector, access)
         except sqlite3.Error as exc:
             if is_damage(exc):
                 raise self._health.damaged(exc) from None
@@ -704,27 +829,89 @@ class LocalStore:
         top: int,
         filter_expr: Expr | None,
         query_vector: Sequence[float] | None,
+        access: Access,
     ) -> list[StoredHit]:
-        where, params = self._filter_sql(filter_expr)
         depth = max(top, 50)
-        lexical = self._lexical(text, depth, where, params)
-        if query_vector is not None and self.has_vectors():
-            dense = self._dense(query_vector, depth, where, params)
-            ranked = reciprocal_rank_fusion([lexical, dense])[:top]
-        elif lexical is None:
-            # "*" or "" (Azure's match-all) or a filter-only query browses; words that are
-            # all punctuation ("^", "((( )))") match nothing rather than arbitrary chunks
-            browse = text.strip() in ("", "*") or filter_expr is not None
-            ranked = self._browse(top, where, params) if browse else []
-        else:
-            ranked = lexical[:top]
-        return self._fetch(ranked)
+        with self._snapshot():  # the permission check and the query see the same data
+            where, params = self._where(filter_expr, access)
+            lexical = self._lexical(text, depth, where, params)
+            if query_vector is not None and self.has_vectors():
+                dense = self._dense(query_vector, depth, where, params)
+                ranked = reciprocal_rank_fusion([lexical, dense])[:top]
+            elif lexical is None:
+                # "*" or "" (Azure's match-all) or a filter-only query browses; words that
+                # are all punctuation ("^", "((( )))") match nothing rather than any chunk
+                browse = text.strip() in ("", "*") or filter_expr is not None
+                ranked = self._browse(top, where, params) if browse else []
+            else:
+                ranked = lexical[:top]
+            return self._fetch(ranked)
 
-    @staticmethod
-    def _filter_sql(filter_expr: Expr | None) -> tuple[str, list[Any]]:
-        if filter_expr is None:
-            return "1", []
-        return to_sql(filter_expr, metadata_column)
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Run the block's reads in one read transaction (one consistent view of the data)."""
+        conn = self._connection()
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
+
+    def _where(self, filter_expr: Expr | None, access: Access) -> tuple[str, list[Any]]:
+        """The SQL condition on ``c`` (a chunk): the caller's filter AND the permission check.
+
+        Each part is a separate, parenthesised condition built from parsed values, with every
+        value a bound parameter: no text of a filter can reach into the permission check.
+        """
+        conditions, params = [], []
+        if filter_expr is not None:
+            sql, values = to_sql(filter_expr, metadata_column)
+            conditions.append(f"({sql})")
+            params += values
+        allowed, principals = self._permission_sql(access)
+        if allowed:
+            conditions.append(allowed)
+            params += principals
+        return " AND ".join(conditions) or "1", params
+
+    def _permission_sql(self, access: Access) -> tuple[str | None, list[str]]:
+        """The permission condition for ``access`` (``None``: every chunk is visible).
+
+        Raises:
+            PermissionsNotEnforceableError: Enforced, and no document carries permissions.
+        """
+        if access.elevated:
+            return None, []
+        summary = self.access_summary()
+        if access.enforce and not summary.has_permissions and summary.unmarked:
+            raise PermissionsNotEnforceableError(
+                f"the store {self.path.name} holds no permission metadata (it was indexed "
+                "without permissions), so it cannot be searched while permissions are "
+                "enforced; index it again with permissions (e.g. --allow-group, --public)"
+            )
+        if not summary.restricted and not (access.enforce and summary.unmarked):
+            return None, []
+        # Unmarked documents count as visible unless enforced. The smaller of the visible
+        # and the hidden set is materialised (once per query) and probed per candidate.
+        unmarked_visible = not access.enforce
+        visible = summary.public + (summary.unmarked if unmarked_visible else 0)
+        hidden = summary.restricted + (0 if unmarked_visible else summary.unmarked)
+        principals = access.principals()
+        marks = ",".join("?" for _ in principals)
+        matching = f"SELECT file_id FROM file_principals WHERE principal IN ({marks})"
+        unmarked = "access IS NULL"
+        if visible <= hidden:
+            kinds = [f"access = '{PUBLIC}'"] + ([unmarked] if unmarked_visible else [])
+            sql = f"SELECT id FROM files WHERE {' OR '.join(kinds)}"
+            sql += f" UNION {matching}" if principals else ""
+            return f"(c.file_id IN ({sql}))", principals
+        kinds = [f"access = '{RESTRICTED}'"] + ([] if unmarked_visible else [unmarked])
+        sql = f"SELECT id FROM files WHERE {' OR '.join(kinds)}"
+        sql += f" EXCEPT {matching}" if principals else ""
+        return f"(c.file_id NOT IN ({sql}))", principals
 
     def _lexical(
         self, text: str, depth: int, where: str, params: list[Any]
@@ -889,6 +1076,34 @@ def reciprocal_rank_fusion(
         for rank, (key, _) in enumerate(ranking or (), start=1):
             scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
     return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def _read_permissions(conn: sqlite3.Connection, path: str) -> Permissions | None:
+    row = conn.execute("SELECT id, access FROM files WHERE path = ?", (path,)).fetchone()
+    if row is None or row[1] is None:
+        return None
+    if row[1] == PUBLIC:
+        return Permissions(public=True)
+    principals = [
+        r[0]
+        for r in conn.execute(
+            "SELECT principal FROM file_principals WHERE file_id = ? ORDER BY principal", (row[0],)
+        )
+    ]
+    return Permissions(
+        user_ids=tuple(p[2:] for p in principals if p.startswith("u:")),
+        group_ids=tuple(p[2:] for p in principals if p.startswith("g:")),
+    )
+
+
+def _write_permissions(conn: sqlite3.Connection, file_id: int, permissions: Permissions) -> None:
+    access = PUBLIC if permissions.public else RESTRICTED
+    conn.execute("UPDATE files SET access = ? WHERE id = ?", (access, file_id))
+    if not permissions.public:
+        conn.executemany(
+            "INSERT OR IGNORE INTO file_principals(file_id, principal) VALUES (?, ?)",
+            [(file_id, principal) for principal in permissions.principals()],
+        )
 
 
 def _bump_generation(conn: sqlite3.Connection) -> None:
