@@ -6,6 +6,7 @@ import pytest
 
 from agentic_retrieval.kb.definitions import parse_index
 from agentic_retrieval.kb.index_documents import IndexDocuments, SearchParameters
+from agentic_retrieval.permissions import ELEVATED
 from agentic_retrieval.sources.local.documents import DocumentStore
 from agentic_retrieval.sources.local.store import LocalStore
 
@@ -45,7 +46,9 @@ def test_a_search_reads_each_document_it_returns_once(documents, monkeypatch):
         return get(key)
 
     monkeypatch.setattr(documents.documents, "get", counted)
-    body = documents.search(SearchParameters(search="*", top=3, filter="year ge 2021"))
+    body = documents.search(
+        SearchParameters(search="*", top=3, filter="year ge 2021"), access=ELEVATED
+    )
     assert [hit["id"] for hit in body["value"]] == ["d1", "d2", "d3"]
     assert body["value"][0] == {
         "@search.score": 1.0,
