@@ -70,7 +70,15 @@ async def test_no_tool_argument_can_carry_an_identity(base_url):
     async with connect(f"{base_url}/knowledgebases/policies/mcp", {"api-key": KEY}) as client:
         tools = await client.list_tools()
     properties = set(tools.tools[0].input_schema["properties"])
-    assert properties == {"query", "messages", "effort", "output_mode", "filter"}
+    assert properties == {
+        "query",
+        "messages",
+        "effort",
+        "output_mode",
+        "filter",
+        "max_output_documents",
+        "exclude_sources",
+    }
 
 
 async def test_a_bad_token_or_a_key_scoped_elsewhere_never_reaches_the_tool(base_url):
