@@ -8,6 +8,7 @@ shows has to re-run it (``make notebooks``, i.e. ``python tests/test_notebooks.p
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ def execute(path: Path) -> Any:
     return notebook
 
 
+DURATION = re.compile(r"\(\d+(?:\.\d+)?s\)")
+"""How long a step took ("(0.0s)" after indexing): the one output that varies between runs."""
+
+
 def shown(notebook: Any) -> list[str]:
     """Per code cell, the text a reader sees (stream chunks joined: their split varies)."""
     texts = []
@@ -51,7 +56,7 @@ def shown(notebook: Any) -> list[str]:
                 parts.append(f"{output.ename}: {output.evalue}")
             elif "data" in output:
                 parts.append(str(output.data.get("text/plain", "")))
-        texts.append("".join(parts))
+        texts.append(DURATION.sub("(<duration>s)", "".join(parts)))
     return texts
 
 
