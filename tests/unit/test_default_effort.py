@@ -47,7 +47,7 @@ def no_model_in_env(monkeypatch):
 def reasoning(records: list[dict]) -> list[dict]:
     """The agenticReasoning records, without their run-dependent id and time."""
     return [
-        {k: v for k, v in r.items() if k not in ("id", "elapsedMs")}
+        {k: v for k, v in r.items() if k not in ("id", "elapsedMs", "startedAt", "completedAt")}
         for r in records
         if r["type"] == "agenticReasoning"
     ]

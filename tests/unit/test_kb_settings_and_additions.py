@@ -241,3 +241,38 @@ def test_cli_retrieve_takes_max_output_documents(tmp_path):
         "2 documents found by this query were left out of the response: 2 exceeded "
         "maxOutputDocuments."
     )
+
+
+def test_every_activity_record_says_when_it_started_and_completed():
+    import datetime as dt
+    import re
+    import time
+
+    script = Script({"QueryPlan": [PLAN], "SynthesizedAnswer": [ANSWER]})
+    kb = KnowledgeBase([InMemoryKnowledgeSource("fares", DOCS)], chat_model=scripted(script))
+    before = time.time()
+    response = kb.retrieve(question(outputMode="answerSynthesis"))
+    after = time.time()
+    records = [r.to_wire() for r in response.activity]
+    assert [r["type"] for r in records] == [
+        "modelQueryPlanning",
+        "searchIndex",
+        "semanticReranker",
+        "modelAnswerSynthesis",
+        "agenticReasoning",
+    ]
+    stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+    def seconds(text: str) -> float:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+    for record in records:
+        assert stamp.match(record["startedAt"]) and stamp.match(record["completedAt"])
+        started, completed = seconds(record["startedAt"]), seconds(record["completedAt"])
+        assert before - 0.001 <= started <= completed <= after + 0.001
+        if record.get("elapsedMs") is not None:  # the two stamps bracket the elapsed time
+            assert abs((completed - started) * 1000 - record["elapsedMs"]) <= 1.0
+    search = records[1]
+    assert search["queryTime"] == search["startedAt"]
+    # ids follow start order, as the stream's activity.started events will
+    assert [r["startedAt"] for r in records] == sorted(r["startedAt"] for r in records)

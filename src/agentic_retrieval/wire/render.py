@@ -71,6 +71,8 @@ def render_activity(
     for index, entry in enumerate(ordered):
         ids[entry.key] = index
         record = render_record(entry)
+        record["startedAt"] = _timestamp(entry.started)
+        record["completedAt"] = _timestamp(entry.started + (entry.elapsed_ms or 0) / 1000)
         warning = (warnings or {}).get(entry.key)
         if warning:
             record["warning"] = warning
@@ -108,6 +110,12 @@ def drop_warning(dropped: Mapping[DropReason, int], threshold: float | None) -> 
     )
 
 
+def _timestamp(seconds: float) -> str:
+    """An epoch time as the wire writes it: ISO 8601 UTC with milliseconds and ``Z``."""
+    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
 @singledispatch
 def render_record(entry: Activity) -> dict[str, Any]:
     """The wire record of one step, without ``id``."""
@@ -120,9 +128,7 @@ def _search(entry: SearchActivity) -> dict[str, Any]:
     record: dict[str, Any] = {
         "type": kind,
         "knowledgeSourceName": entry.source,
-        "queryTime": dt.datetime.fromtimestamp(entry.started, dt.UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z"),
+        "queryTime": _timestamp(entry.started),
         "count": entry.count,
         "elapsedMs": entry.elapsed_ms,
         f"{kind}Arguments": {"search": entry.search, "filter": entry.filter, "top": entry.top},
