@@ -15,7 +15,6 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from agentic_retrieval.context import Context
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
@@ -127,7 +126,7 @@ def _add_routes(
         kb = lookup(registry, name)
         # citation URLs point back at this service, with the caller's api-version
         defaults = dataclasses.replace(
-            run_defaults(kb, policy),
+            policy.run_defaults(name, kb.defaults),
             service_endpoint=str(request.base_url).rstrip("/"),
             api_version=api_version,
         )
@@ -158,13 +157,6 @@ def _add_routes(
     )
     for path in retrieve_paths:
         app.add_api_route(path, retrieve, methods=["POST"])
-
-
-def run_defaults(kb: KnowledgeBase, policy: AccessPolicy) -> Context:
-    """The knowledge base's defaults, enforcing permissions where the server does."""
-    if policy.enforces(kb.name) and not kb.defaults.enforce_permissions:
-        return dataclasses.replace(kb.defaults, enforce_permissions=True)
-    return kb.defaults
 
 
 def lookup(registry: Mapping[str, KnowledgeBase], name: str) -> KnowledgeBase:

@@ -14,6 +14,7 @@ anonymous request; a knowledge base that requires an identity answers 401 withou
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import os
@@ -21,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidTokenError
 from agentic_retrieval.permissions import ELEVATED, Access, Identity
 from agentic_retrieval.server.errors import ApiError
@@ -146,6 +148,12 @@ class ApiKeys:
         return grant.role if grant is not None else None
 
 
+UNAUTHORIZED_MESSAGE = (
+    "Access denied: send a valid key in the 'api-key' header or as 'Authorization: Bearer <key>'."
+)
+"""The 401 of a missing or wrong key, wherever it is checked (route, MCP, server guard)."""
+
+
 def require_role(
     keys: ApiKeys,
     headers: Mapping[str, str],
@@ -166,11 +174,7 @@ def require_role(
     """
     grant = keys.grant_of(headers)
     if grant is None:
-        raise ApiError(
-            401,
-            "Access denied: send a valid key in the 'api-key' header or as "
-            "'Authorization: Bearer <key>'.",
-        )
+        raise ApiError(401, UNAUTHORIZED_MESSAGE)
     if needed == "admin" and grant.role != "admin":
         raise ApiError(
             403,
@@ -223,6 +227,12 @@ class AccessPolicy:
     def enforces(self, knowledge_base: str) -> bool:
         """Whether retrieves from ``knowledge_base`` enforce permissions (fail closed)."""
         return self.enforce or self.requires_identity(knowledge_base)
+
+    def run_defaults(self, knowledge_base: str, defaults: Context) -> Context:
+        """``defaults`` of ``knowledge_base``, enforcing permissions where this server does."""
+        if self.enforces(knowledge_base) and not defaults.enforce_permissions:
+            return dataclasses.replace(defaults, enforce_permissions=True)
+        return defaults
 
     async def identity(
         self, headers: Mapping[str, str], knowledge_base: str | None = None

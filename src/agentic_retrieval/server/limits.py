@@ -27,16 +27,13 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentic_retrieval.server.auth import ApiKeys
+from agentic_retrieval.server.auth import UNAUTHORIZED_MESSAGE, ApiKeys
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError
 
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 _UNLIMITED_PATHS = {"/healthz"}
 UPLOAD_PATH = re.compile(r".*/(docs/index|docs/search\.index|files|files\('[^/]*'\)|files/[^/]+)\Z")
 """Document batches and file uploads: bodies up to ``max_upload_bytes``."""
-UNAUTHORIZED_MESSAGE = (
-    "Access denied: send a valid key in the 'api-key' header or as 'Authorization: Bearer <key>'."
-)
 
 
 class GuardMiddleware:

@@ -9,7 +9,6 @@ clients with ``agentic-retrieval mcp --kb DIR``. Built on the official ``mcp`` S
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import uuid
@@ -267,17 +266,12 @@ class McpMounts:
     ) -> None:
         self.policy = policy or AccessPolicy()
         self.servers = {
-            name: build_mcp_server(kb, defaults=self._defaults(name, kb))
+            name: build_mcp_server(kb, defaults=self.policy.run_defaults(name, kb.defaults))
             for name, kb in registry.items()
         }
         self.keys = keys
         self.host = host
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
-
-    def _defaults(self, name: str, kb: KnowledgeBase) -> Context:
-        if self.policy.enforces(name):
-            return dataclasses.replace(kb.defaults, enforce_permissions=True)
-        return kb.defaults
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -306,8 +300,11 @@ class McpMounts:
         a request slot for as long as the client cares to keep it open.
         """
         headers = Headers(scope=scope)
-        if self.keys.role_of(headers) is None:
-            await _send(send, ApiError(401, "Access denied: send a valid key in 'api-key'."))
+        name = scope.get("path_params", {}).get("name", "")
+        try:  # the key first: 401/403 before anything else is said
+            require_role(self.keys, headers, "query", knowledge_base=name)
+        except ApiError as refused:
+            await _send(send, refused)
             return
         if scope.get("method") == "GET":
             error = ApiError(
@@ -318,9 +315,7 @@ class McpMounts:
             )
             await _send(send, error)
             return
-        name = scope.get("path_params", {}).get("name", "")
         try:
-            require_role(self.keys, headers, "query", knowledge_base=name)
             identity = await self.policy.identity(headers, knowledge_base=name)
         except ApiError as refused:
             await _send(send, refused)
