@@ -195,8 +195,9 @@ def _index(
         "overlap": overlap,
         "vectors": embeddings is not None,
     }
-    indexer = _FileIndexer(store, user_metadata, embeddings, settings, chunk_size, overlap)
-    indexer.permissions = permissions
+    indexer = _FileIndexer(
+        store, user_metadata, embeddings, settings, chunk_size, overlap, permissions
+    )
     seen: set[str] = set()
     total = len(candidates)
     for done, candidate in enumerate(candidates, start=1):
@@ -399,6 +400,7 @@ class _FileIndexer:
         settings: dict[str, Any],
         chunk_size: int,
         overlap: int,
+        permissions: Permissions | None,
     ) -> None:
         self.store = store
         self.metadata = metadata
@@ -406,7 +408,7 @@ class _FileIndexer:
         self.settings_json = json.dumps(settings, sort_keys=True)
         self.chunk_size = chunk_size
         self.overlap = overlap
-        self.permissions: Permissions | None = None
+        self.permissions = permissions
 
     def index(self, candidate: _Candidate, report: IndexReport) -> FileStatus:
         key = str(candidate.path)
