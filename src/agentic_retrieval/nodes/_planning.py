@@ -29,6 +29,7 @@ from agentic_retrieval.nodes._shared import (
     remaining_seconds,
     today,
     transcript,
+    with_instructions,
 )
 from agentic_retrieval.odata import ODataError, parse_filter
 from agentic_retrieval.sources.base import FilterableKnowledgeSource
@@ -64,12 +65,9 @@ async def plan_retrieval(
         max_subqueries=context.max_subqueries,
         sources=_describe_sources(bindings, allowed),
     )
-    if context.retrieval_instructions and context.retrieval_instructions.strip():
-        # appended, not a placeholder: a custom routing_prompt still gets them, and braces
-        # in the instructions are data, never format fields
-        prompt += prompts.RETRIEVAL_INSTRUCTIONS_SECTION.replace(
-            "{instructions}", context.retrieval_instructions.strip()
-        )
+    prompt = with_instructions(
+        prompt, prompts.RETRIEVAL_INSTRUCTIONS_SECTION, context.retrieval_instructions
+    )
     wall, clock = time.time(), time.perf_counter()
     result = await structured_call(
         model,

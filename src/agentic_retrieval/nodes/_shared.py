@@ -204,3 +204,13 @@ def build_tasks(
                 )
             )
     return tasks
+
+
+def with_instructions(prompt: str, section: str, instructions: str | None) -> str:
+    """``prompt`` with the knowledge base's ``instructions`` appended in ``section``.
+
+    Appended, not a placeholder: a custom prompt still gets them, and braces in the
+    instructions are data, never format fields. Blank instructions leave the prompt as is.
+    """
+    text = (instructions or "").strip()
+    return prompt + section.replace("{instructions}", text) if text else prompt

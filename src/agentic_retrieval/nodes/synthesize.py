@@ -22,7 +22,13 @@ from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment, SynthesizedAnswer
-from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, remaining_seconds, today
+from agentic_retrieval.nodes._shared import (
+    NodeFn,
+    elapsed_ms,
+    remaining_seconds,
+    today,
+    with_instructions,
+)
 from agentic_retrieval.state import AnswerActivity, ErrorInfo, RankedHit, RetrievalState
 from agentic_retrieval.wire.citations import validate_citations
 from agentic_retrieval.wire.grounding import format_passages, grounding_string
@@ -72,10 +78,9 @@ async def _answer(
     prompt = context.answer_prompt.format(
         today=today(), missing=_known_gaps(state.evidence), passages=passages
     )
-    if context.answer_instructions and context.answer_instructions.strip():
-        prompt += prompts.ANSWER_INSTRUCTIONS_SECTION.replace(
-            "{instructions}", context.answer_instructions.strip()
-        )
+    prompt = with_instructions(
+        prompt, prompts.ANSWER_INSTRUCTIONS_SECTION, context.answer_instructions
+    )
     wall, clock = time.time(), time.perf_counter()
     result = await structured_call(
         model,
