@@ -529,7 +529,19 @@ def test_graph_invoke_stream_and_ainvoke(toy_source):
     assert out["messages"][-1].content == out["response"]
     streamed = list(graph.stream(state, context=context, stream_mode="custom"))
     events = [e["event"] for e in streamed]
-    assert events == ["searching", "searched", "reranking", "done"]
+    assert events == [
+        "searching",
+        "activity.started",  # the search
+        "activity.completed",
+        "searched",
+        "activity.started",  # the reranking
+        "reranking",
+        "activity.completed",
+        "done",
+    ]
+    completed = [e for e in streamed if e["event"] == "activity.completed"]
+    assert [e["record"]["type"] for e in completed] == ["searchIndex", "semanticReranker"]
+    assert [e["key"] for e in completed] == ["search:q0.0:transit", "rerank:0"]
     assert asyncio.run(graph.ainvoke(state, context=context))["references"] == out["references"]
     batch = graph.batch([state, state], context=context)
     assert len(batch) == 2

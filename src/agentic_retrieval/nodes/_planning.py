@@ -11,11 +11,11 @@ the question as asked, with an error record; a planner filter that does not pars
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.types import StreamWriter
 
 from agentic_retrieval import prompts
 from agentic_retrieval.context import Context
@@ -27,6 +27,8 @@ from agentic_retrieval.nodes._shared import (
     call_error,
     elapsed_ms,
     remaining_seconds,
+    step_completed,
+    step_started,
     today,
     transcript,
     with_instructions,
@@ -44,6 +46,7 @@ async def plan_retrieval(
     config: RunnableConfig,
     question: str,
     started_at: float,
+    writer: StreamWriter,
     source_params: dict[str, KnowledgeSourceParams] | None = None,
 ) -> dict[str, Any]:
     """Route and plan ``question`` with the planning model.
@@ -68,7 +71,7 @@ async def plan_retrieval(
     prompt = with_instructions(
         prompt, prompts.RETRIEVAL_INSTRUCTIONS_SECTION, context.retrieval_instructions
     )
-    wall, clock = time.time(), time.perf_counter()
+    wall, clock = step_started(writer, "planning", "plan")
     result = await structured_call(
         model,
         QueryPlan,
@@ -88,6 +91,7 @@ async def plan_retrieval(
     if plan is not None and not plan.needs_retrieval:
         reply = plan.assistant_message.strip() or "How can I help?"
         record = record.model_copy(update={"assistant_message": reply})
+        step_completed(writer, record)
         return {"needs_retrieval": False, "assistant_message": reply, "activity_log": [record]}
     planned = [
         Subquery(
@@ -115,6 +119,7 @@ async def plan_retrieval(
         )
     if record.error is None and degraded is not None:
         record = record.model_copy(update={"error": degraded})
+    step_completed(writer, record)
     return {"needs_retrieval": True, "planned": planned, "activity_log": [record]}
 
 

@@ -7,11 +7,13 @@ parameters, source resolution for a round, and the search tasks a round fans out
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+from langgraph.types import StreamWriter
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import UnknownKnowledgeSourceError
@@ -26,6 +28,7 @@ from agentic_retrieval.state import (
     Subquery,
 )
 from agentic_retrieval.wire.models import KnowledgeSourceParams
+from agentic_retrieval.wire.render import record_type, render_entry, timestamp
 
 MAX_TRANSCRIPT_CHARS = 12_000
 """Oldest turns are dropped from prompts beyond this many characters."""
@@ -71,6 +74,62 @@ def remaining_seconds(started_at: float | None, context: Context) -> float:
     if started_at is None:
         return context.max_runtime_seconds
     return started_at + context.max_runtime_seconds - time.time()
+
+
+_clock_lock = threading.Lock()
+_last_step_start = 0.0
+
+
+def step_clock() -> float:
+    """``time.time()``, made strictly increasing across calls (by a microsecond at least).
+
+    Steps are numbered by start time in the response and by the order their
+    ``activity.started`` events arrive on the stream; a clock that never repeats or goes
+    back (parallel searches start microseconds apart) keeps the two numberings the same.
+    """
+    global _last_step_start
+    with _clock_lock:
+        _last_step_start = max(time.time(), _last_step_start + 1e-6)
+        return _last_step_start
+
+
+def step_started(
+    writer: StreamWriter,
+    kind: str,
+    key: str,
+    *,
+    source: str | None = None,
+    source_kind: str | None = None,
+) -> tuple[float, float]:
+    """Announce a step on the custom stream (``activity.started``) and time it.
+
+    Args:
+        writer: The node's stream writer.
+        kind: The record kind (``search``, ``planning``, ``rerank``...).
+        key: The record's key (see :class:`agentic_retrieval.state.Activity`).
+        source: The knowledge source a search step queries.
+        source_kind: That source's kind.
+
+    Returns:
+        The step's start as ``(step_clock(), time.perf_counter())``: the record's ``started``
+        and the base of its ``elapsed_ms``.
+    """
+    wall = step_clock()
+    event: dict[str, Any] = {
+        "event": "activity.started",
+        "key": key,
+        "type": record_type(kind, source_kind),
+        "startedAt": timestamp(wall),
+    }
+    if source is not None:
+        event["knowledgeSourceName"] = source
+    writer(event)
+    return wall, time.perf_counter()
+
+
+def step_completed(writer: StreamWriter, record: Activity) -> None:
+    """Report a finished step on the custom stream (``activity.completed``, wire shape)."""
+    writer({"event": "activity.completed", "key": record.key, "record": render_entry(record)})
 
 
 def elapsed_ms(started: float) -> int:

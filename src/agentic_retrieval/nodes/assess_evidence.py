@@ -9,12 +9,12 @@ node degrades to "sufficient" with an error record, so the run still answers.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
+from langgraph.types import StreamWriter
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
@@ -28,6 +28,8 @@ from agentic_retrieval.nodes._shared import (
     next_round,
     remaining_seconds,
     resolve_subqueries,
+    step_completed,
+    step_started,
     today,
 )
 from agentic_retrieval.state import EvidenceActivity, RetrievalState, Subquery
@@ -49,7 +51,8 @@ def make_assess_evidence(bindings: Bindings) -> NodeFn:
         if left <= 0:
             return {"round_to_search": None, "timed_out": True}
         runtime.stream_writer({"event": "assessing", "passages": len(state.ranked)})
-        result, entry = await _assess(bindings, state, context, config, left)
+        result, entry = await _assess(bindings, state, context, config, left, runtime.stream_writer)
+        step_completed(runtime.stream_writer, entry)
         evidence = _to_evidence(result)
         update: dict[str, Any] = {
             "evidence": evidence,
@@ -75,6 +78,7 @@ async def _assess(
     context: Context,
     config: RunnableConfig,
     left: float,
+    writer: StreamWriter,
 ) -> tuple[EvidenceAssessment | None, EvidenceActivity]:
     model = bindings.models.resolve("evidence", context)
     previous = "; ".join(s.text for s in state.subqueries) or "none"
@@ -82,7 +86,8 @@ async def _assess(
         today=today(), max_subqueries=context.max_subqueries, previous_queries=previous
     )
     passages, _ = format_passages(state.ranked, EVIDENCE_PASSAGE_CHARS)
-    wall, clock = time.time(), time.perf_counter()
+    key = f"evidence:{state.iteration}"
+    wall, clock = step_started(writer, "evidence", key)
     result = await structured_call(
         model,
         EvidenceAssessment,
@@ -95,7 +100,7 @@ async def _assess(
     )
     value = result.value
     record = EvidenceActivity(
-        key=f"evidence:{state.iteration}",
+        key=key,
         started=wall,
         elapsed_ms=elapsed_ms(clock),
         usage=result.usage,

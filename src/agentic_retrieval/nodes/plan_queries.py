@@ -31,7 +31,13 @@ def make_plan_queries(bindings: Bindings) -> NodeFn:
         context = current_context(runtime)
         runtime.stream_writer({"event": "planning", "question": state.question})
         update = await plan_retrieval(
-            bindings, state, context, config, state.question, state.started_at or 0.0
+            bindings,
+            state,
+            context,
+            config,
+            state.question,
+            state.started_at or 0.0,
+            runtime.stream_writer,
         )
         return {**update, "effort": "low", "planned_by": "model"}
 

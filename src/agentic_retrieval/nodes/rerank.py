@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +25,8 @@ from agentic_retrieval.nodes._shared import (
     next_round,
     remaining_seconds,
     results_processing,
+    step_completed,
+    step_started,
 )
 from agentic_retrieval.rerankers.base import Reranker, UsageReportingReranker, clamp_score
 from agentic_retrieval.rerankers.lexical import LexicalReranker
@@ -56,7 +57,8 @@ def make_rerank(bindings: Bindings) -> NodeFn:
         if state.failure:
             return {}  # a failOnError source failed: the request fails, nothing to rank
         context = current_context(runtime)
-        wall, clock = time.time(), time.perf_counter()
+        key = f"rerank:{next_round(state.subqueries) - 1}"
+        wall, clock = step_started(runtime.stream_writer, "rerank", key)
         unique, queries = unique_candidates(state.hits)
         params = state.source_params
         to_score = [h for h in unique if results_processing(h.source, params, context) == "rerank"]
@@ -80,7 +82,7 @@ def make_rerank(bindings: Bindings) -> NodeFn:
             )
         selection, drops = select(to_score, scores, params, context, unranked)
         record = RerankActivity(
-            key=f"rerank:{next_round(state.subqueries) - 1}",
+            key=key,
             started=wall,
             elapsed_ms=elapsed_ms(clock),
             error=error,
@@ -89,6 +91,7 @@ def make_rerank(bindings: Bindings) -> NodeFn:
             kept_count=len(selection),
             usage=usage,
         )
+        step_completed(runtime.stream_writer, record)
         update: dict[str, Any] = {"ranked": selection, "drops": drops, "activity_log": [record]}
         if timed_out:
             update["timed_out"] = True

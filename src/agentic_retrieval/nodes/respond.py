@@ -9,15 +9,21 @@ conversation.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
+from langgraph.types import StreamWriter
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import NodeFn, remaining_seconds, total_usage
+from agentic_retrieval.nodes._shared import (
+    NodeFn,
+    remaining_seconds,
+    step_completed,
+    step_started,
+    total_usage,
+)
 from agentic_retrieval.sources.base import NEWEST_GA_API_VERSION, CitableKnowledgeSource
 from agentic_retrieval.state import (
     Activity,
@@ -40,7 +46,7 @@ def make_respond(bindings: Bindings) -> NodeFn:
         context = current_context(runtime)
         entries: list[Activity] = list(state.activity_log)
         timed_out = state.timed_out or remaining_seconds(state.started_at, context) < 0
-        entries += _summary_entries(state, context, timed_out)
+        entries += _summary_entries(state, context, timed_out, runtime.stream_writer)
         grounded = set(state.grounded_ref_ids)
         records, ids = render_activity(entries, _warnings(state, context, grounded))
         if not state.needs_retrieval:
@@ -106,14 +112,17 @@ def _citation_urls(
     return urls
 
 
-def _summary_entries(state: RetrievalState, context: Context, timed_out: bool) -> list[Activity]:
-    now = time.time()
+def _summary_entries(
+    state: RetrievalState, context: Context, timed_out: bool, writer: StreamWriter
+) -> list[Activity]:
+    """The run's closing records (reasoning summary, runtime limit), announced as they start."""
     entries: list[Activity] = []
     if state.planned_by == "model" or state.effort_note or state.requested_effort == "auto":
+        started, _ = step_started(writer, "reasoning", "reasoning")
         entries.append(
             ReasoningActivity(
                 key="reasoning",
-                started=now,
+                started=started,
                 effort=state.effort or "minimal",
                 requested=state.requested_effort,
                 usage=total_usage(state.activity_log),
@@ -127,9 +136,12 @@ def _summary_entries(state: RetrievalState, context: Context, timed_out: bool) -
             f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed; "
             "the response holds what was ready"
         )
+        started, _ = step_started(writer, "runtime_limit", "timeout")
         entries.append(
             RuntimeLimitActivity(
-                key="timeout", started=now + 1e-6, error=ErrorInfo.of("Timeout", message)
+                key="timeout", started=started, error=ErrorInfo.of("Timeout", message)
             )
         )
+    for entry in entries:
+        step_completed(writer, entry)
     return entries

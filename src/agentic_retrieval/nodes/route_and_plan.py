@@ -54,7 +54,14 @@ def make_route_and_plan(bindings: Bindings) -> NodeFn:
             raise InvalidRequestError("nothing to retrieve: 'messages' holds no text")
         runtime.stream_writer({"event": "planning", "question": question})
         update = await plan_retrieval(
-            bindings, state, context, config, question, turn["started_at"], turn["source_params"]
+            bindings,
+            state,
+            context,
+            config,
+            question,
+            turn["started_at"],
+            runtime.stream_writer,
+            turn["source_params"],
         )
         return {**turn, **update, "activity_log": Overwrite(update["activity_log"])}
 

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms
+from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, step_completed, step_started
 from agentic_retrieval.odata import ODataError
 from agentic_retrieval.sources.base import (
     Hit,
@@ -49,8 +49,10 @@ def make_search(bindings: Bindings) -> NodeFn:
         """Run ``task`` and return its hits and activity record."""
         source = bindings.sources[task.source]
         key = f"search:{task.subquery.id}:{task.source}"
-        wall, clock = time.time(), time.perf_counter()
         context = current_context(runtime)
+        wall, clock = step_started(
+            runtime.stream_writer, "search", key, source=source.name, source_kind=source.kind
+        )
         query = SearchQuery(
             text=task.subquery.text,
             filter=task.filter,
@@ -72,6 +74,7 @@ def make_search(bindings: Bindings) -> NodeFn:
             top=query.top,
             count=len(hits),
         )
+        step_completed(runtime.stream_writer, record)
         runtime.stream_writer(
             {
                 "event": "searched",

@@ -10,12 +10,12 @@ string with an error record.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
+from langgraph.types import StreamWriter
 
 from agentic_retrieval import prompts
 from agentic_retrieval.context import Context, current_context
@@ -26,6 +26,8 @@ from agentic_retrieval.nodes._shared import (
     NodeFn,
     elapsed_ms,
     remaining_seconds,
+    step_completed,
+    step_started,
     today,
     with_instructions,
 )
@@ -58,7 +60,9 @@ def make_synthesize(bindings: Bindings) -> NodeFn:
         if left <= 0:
             return {**extractive, "timed_out": True}
         runtime.stream_writer({"event": "answering", "passages": len(ranked)})
-        return await _answer(bindings, state, context, config, left, extractive)
+        return await _answer(
+            bindings, state, context, config, left, extractive, runtime.stream_writer
+        )
 
     return synthesize
 
@@ -70,6 +74,7 @@ async def _answer(
     config: RunnableConfig,
     left: float,
     extractive: dict[str, Any],
+    writer: StreamWriter,
 ) -> dict[str, Any]:
     """Ask the answer model for a cited answer; ``extractive`` is the fallback update."""
     model = bindings.models.resolve("answer", context)
@@ -81,7 +86,7 @@ async def _answer(
     prompt = with_instructions(
         prompt, prompts.ANSWER_INSTRUCTIONS_SECTION, context.answer_instructions
     )
-    wall, clock = time.time(), time.perf_counter()
+    wall, clock = step_started(writer, "answer", "answer")
     result = await structured_call(
         model,
         SynthesizedAnswer,
@@ -98,12 +103,16 @@ async def _answer(
     )
     if result.value is None or not result.value.answer.strip():
         error = ErrorInfo.of(result.error_code, result.error or "the answer was empty")
-        return {**extractive, "activity_log": [record.model_copy(update={"error": error})]}
+        record = record.model_copy(update={"error": error})
+        step_completed(writer, record)
+        return {**extractive, "activity_log": [record]}
     answer, removed = validate_citations(result.value.answer, _citable(shown, state))
+    record = record.model_copy(update={"removed_citations": removed})
+    step_completed(writer, record)
     return {
         "response": answer,
         "grounded_ref_ids": [h.ref_id for h in shown],
-        "activity_log": [record.model_copy(update={"removed_citations": removed})],
+        "activity_log": [record],
     }
 
 

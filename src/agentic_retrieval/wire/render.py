@@ -5,7 +5,10 @@ keys, the ``<kind>Arguments`` object, error objects, reference types); the nodes
 records (:mod:`agentic_retrieval.state`), and ``respond`` calls these functions at the end.
 Parallel branches cannot agree on sequential ids while they run, so records are keyed by a
 stable string; :func:`render_activity` orders them by start time and assigns ids 0..n, and
-references link to those ids.
+references link to those ids. Start times come from a strictly increasing clock
+(:func:`agentic_retrieval.nodes._shared.step_clock`) read as each step announces itself on the
+event stream, so that order is also the order of the stream's ``activity.started`` events
+(:mod:`agentic_retrieval.wire.events` numbers them as they come).
 """
 
 from __future__ import annotations
@@ -48,6 +51,22 @@ def wire_kind(kind: str) -> str:
     return kind if kind in WIRE_KINDS else "searchIndex"
 
 
+RECORD_TYPES: dict[str, str] = {
+    "planning": "modelQueryPlanning",
+    "evidence": "modelEvidenceAssessment",
+    "answer": "modelAnswerSynthesis",
+    "rerank": "semanticReranker",
+    "reasoning": "agenticReasoning",
+    "runtime_limit": "runtimeLimit",
+}
+"""The wire ``type`` of each record kind but ``search`` (whose type is its source's kind)."""
+
+
+def record_type(kind: str, source_kind: str | None = None) -> str:
+    """The wire ``type`` of a record of ``kind`` (a search's: its source's wire kind)."""
+    return wire_kind(source_kind or "searchIndex") if kind == "search" else RECORD_TYPES[kind]
+
+
 def render_error(error: ErrorInfo) -> dict[str, str]:
     """An error object in the wire shape."""
     return {"code": error.code, "message": error.message}
@@ -70,14 +89,19 @@ def render_activity(
     ids: dict[str, int] = {}
     for index, entry in enumerate(ordered):
         ids[entry.key] = index
-        record = render_record(entry)
-        record["startedAt"] = _timestamp(entry.started)
-        record["completedAt"] = _timestamp(entry.started + (entry.elapsed_ms or 0) / 1000)
-        warning = (warnings or {}).get(entry.key)
-        if warning:
-            record["warning"] = warning
+        record = render_entry(entry, (warnings or {}).get(entry.key))
         records.append({"type": record.pop("type"), "id": index, **record})
     return records, ids
+
+
+def render_entry(entry: Activity, warning: str | None = None) -> dict[str, Any]:
+    """One record in the wire shape, ``type`` first, with its times, without ``id``."""
+    record = render_record(entry)
+    record["startedAt"] = timestamp(entry.started)
+    record["completedAt"] = timestamp(entry.started + (entry.elapsed_ms or 0) / 1000)
+    if warning:
+        record["warning"] = warning
+    return {"type": record.pop("type"), **record}
 
 
 def drop_warning(dropped: Mapping[DropReason, int], threshold: float | None) -> str | None:
@@ -110,7 +134,7 @@ def drop_warning(dropped: Mapping[DropReason, int], threshold: float | None) -> 
     )
 
 
-def _timestamp(seconds: float) -> str:
+def timestamp(seconds: float) -> str:
     """An epoch time as the wire writes it: ISO 8601 UTC with milliseconds and ``Z``."""
     stamp = dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
     return stamp.replace("+00:00", "Z")
@@ -128,7 +152,7 @@ def _search(entry: SearchActivity) -> dict[str, Any]:
     record: dict[str, Any] = {
         "type": kind,
         "knowledgeSourceName": entry.source,
-        "queryTime": _timestamp(entry.started),
+        "queryTime": timestamp(entry.started),
         "count": entry.count,
         "elapsedMs": entry.elapsed_ms,
         f"{kind}Arguments": {"search": entry.search, "filter": entry.filter, "top": entry.top},
@@ -140,7 +164,7 @@ def _search(entry: SearchActivity) -> dict[str, Any]:
 
 @render_record.register
 def _planning(entry: PlanningActivity) -> dict[str, Any]:
-    record = _with_error(_model_record("modelQueryPlanning", entry, entry.usage), entry)
+    record = _with_error(_model_record(RECORD_TYPES["planning"], entry, entry.usage), entry)
     if entry.assistant_message is not None:
         record.update(retrievalNeeded=False, assistantMessage=entry.assistant_message)
     return record
@@ -149,7 +173,7 @@ def _planning(entry: PlanningActivity) -> dict[str, Any]:
 @render_record.register
 def _evidence(entry: EvidenceActivity) -> dict[str, Any]:
     record = _model_record(
-        "modelEvidenceAssessment",
+        RECORD_TYPES["evidence"],
         entry,
         entry.usage,
         isSufficient=entry.is_sufficient,
@@ -161,7 +185,7 @@ def _evidence(entry: EvidenceActivity) -> dict[str, Any]:
 
 @render_record.register
 def _answer(entry: AnswerActivity) -> dict[str, Any]:
-    record = _with_error(_model_record("modelAnswerSynthesis", entry, entry.usage), entry)
+    record = _with_error(_model_record(RECORD_TYPES["answer"], entry, entry.usage), entry)
     if entry.removed_citations:
         record["removedCitations"] = list(entry.removed_citations)
     return record
@@ -170,7 +194,7 @@ def _answer(entry: AnswerActivity) -> dict[str, Any]:
 @render_record.register
 def _rerank(entry: RerankActivity) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "type": "semanticReranker",
+        "type": RECORD_TYPES["rerank"],
         "reranker": entry.reranker,
         "candidateCount": entry.candidate_count,
         "keptCount": entry.kept_count,
@@ -186,7 +210,7 @@ def _rerank(entry: RerankActivity) -> dict[str, Any]:
 @render_record.register
 def _reasoning(entry: ReasoningActivity) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "type": "agenticReasoning",
+        "type": RECORD_TYPES["reasoning"],
         "retrievalReasoningEffort": {"kind": entry.effort},
         "reasoningTokens": entry.usage.reasoning_tokens,
         "inputTokens": entry.usage.input_tokens,
@@ -224,7 +248,7 @@ def _camel(name: str) -> str:
 
 @render_record.register
 def _runtime_limit(entry: RuntimeLimitActivity) -> dict[str, Any]:
-    return _with_error({"type": "runtimeLimit"}, entry)
+    return _with_error({"type": RECORD_TYPES["runtime_limit"]}, entry)
 
 
 def _model_record(
