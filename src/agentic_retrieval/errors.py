@@ -42,6 +42,8 @@ hierarchy: the server's ``ApiError`` and the command line's ``UserError`` are ho
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AgenticRetrievalError(Exception):
     """Base class of every exception agentic-retrieval raises on purpose."""
@@ -190,6 +192,15 @@ class KnowledgeSourceFailedError(AgenticRetrievalError):
         self.source = source
         self.code = code
         self.source_message = message
+
+    def detail(self) -> dict[str, Any]:
+        """The wire error detail (the 424 body's ``error``, a stream's ``error`` event)."""
+        return {
+            "code": "KnowledgeSourceFailed",
+            "message": str(self),
+            "target": self.source,
+            "details": [{"code": self.code, "message": self.source_message, "target": self.source}],
+        }
 
 
 class FilterNotSupportedError(SourceError, ValueError):

@@ -10,15 +10,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+import uuid
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StreamMode
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.errors import IdentityRequiredError, InvalidRequestError
+from agentic_retrieval.errors import (
+    IdentityRequiredError,
+    InvalidRequestError,
+    KnowledgeSourceFailedError,
+)
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.builder import RetrievalGraph, compile_graph
 from agentic_retrieval.graph.sync import run_sync
@@ -26,6 +32,8 @@ from agentic_retrieval.permissions import Identity
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.state import choose_effort
+from agentic_retrieval.wire.events import RetrieveEvent, RetrieveEvents, extensions_from
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 from agentic_retrieval.wire.retrieve import (
     graph_input,
@@ -175,49 +183,91 @@ class KnowledgeBase:
         identity: Identity | Mapping[str, Any] | None = None,
         config: RunnableConfig | None = None,
         defaults: Context | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Yield progress events as they happen, then ``{"event": "response", ...}``.
+        extensions: Collection[str] = (),
+        request_id: str | None = None,
+    ) -> AsyncIterator[RetrieveEvent]:
+        """Yield the retrieve events as the run makes progress (Azure's stream contract).
 
-        Progress events are the nodes' stream-writer events (``planning``, ``searching``,
-        ``searched``, ``reranking``, ``assessing``, ``answering``, ``done``). The stream is
-        bounded like :meth:`aretrieve`: past ``maxRuntimeInSeconds`` plus a grace period it
-        ends with a timed-out response.
+        Each event is ``{"event": name, "data": ...}``, in the order of
+        :mod:`agentic_retrieval.wire.events`: ``retrieval.started``, ``activity.started`` /
+        ``activity.completed`` per step, ``answer.completed``, ``references.completed``, then
+        ``response.completed`` (``{"statusCode", "response"}``) or ``error``. A source
+        whose ``failOnError`` is set failing, or ``maxRuntimeInSeconds`` plus a grace period
+        elapsing, ends the stream with an ``error`` event rather than an exception.
 
         Args:
             request: A :class:`RetrieveRequest` or its JSON shape.
             identity: Who is asking (see :meth:`aretrieve`).
             config: Optional LangChain ``RunnableConfig`` (callbacks, tags...).
             defaults: Settings for this call where the request is silent.
+            extensions: Extension events to add: ``answer.delta`` (the answer's text as it
+                is written) and ``progress`` (the nodes' progress notes).
+            request_id: The ``requestId`` of ``retrieval.started`` (default: a new UUID).
+
+        Raises:
+            InvalidRequestError: For bad input, before any event.
+            IdentityRequiredError: The knowledge base requires an identity and none was given.
         """
         parsed, context = self._prepare(request, identity, defaults)
+        events = RetrieveEvents(
+            knowledge_base=self.name,
+            output_mode=context.output_mode,
+            reasoning_effort=self._effort(parsed, context),
+            include_activity=parsed.include_activity is not False,
+            extensions=extensions_from(extensions),
+            request_id=request_id or str(uuid.uuid4()),
+        )
+        yield events.started()
         output: dict[str, Any] = {}
         modes: list[StreamMode] = ["custom", "values"]
+        if events.wants_answer_deltas:
+            modes.append("messages")
         stream = self.graph.astream(
             graph_input(parsed), config=config, context=context, stream_mode=modes
         )
         loop = asyncio.get_running_loop()
         started, deadline = time.time(), loop.time() + context.max_runtime_seconds + GRACE_SECONDS
-        response: RetrieveResponse | None = None
-        while response is None:
+        while True:
             try:
                 mode, chunk = await asyncio.wait_for(anext(stream), deadline - loop.time())
             except StopAsyncIteration:
-                response = to_response(output, parsed)
+                break
             except TimeoutError:
                 closer = getattr(stream, "aclose", None)
                 if closer is not None:
                     await closer()
-                response = timed_out_response(context, started)
-            else:
-                if mode == "custom" and isinstance(chunk, Mapping):
-                    yield dict(chunk)
-                elif mode == "values" and isinstance(chunk, Mapping):
-                    output = dict(chunk)
-        yield {
-            "event": "response",
-            "status": response.status_code,
-            "response": response.to_wire(),
-        }
+                elapsed = time.time() - started
+                message = (
+                    f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed after "
+                    f"{elapsed:.1f} s; the run was stopped"
+                )
+                yield events.failed({"code": "Timeout", "message": message})
+                return
+            if mode == "custom" and isinstance(chunk, Mapping):
+                for event in events.on_custom(chunk):
+                    yield event
+            elif mode == "messages":
+                token, metadata = cast(tuple[BaseMessage, dict[str, Any]], chunk)
+                for event in events.on_message(token, metadata):
+                    yield event
+            elif mode == "values" and isinstance(chunk, Mapping):
+                output = dict(chunk)
+        try:
+            response = to_response(output, parsed)
+        except KnowledgeSourceFailedError as exc:
+            yield events.failed(exc.detail())
+            return
+        for event in events.finished(response):
+            yield event
+
+    def _effort(self, request: RetrieveRequest, context: Context) -> str:
+        """The effort a run of ``request`` starts with, as the graph decides it."""
+        choice = choose_effort(
+            context.reasoning_effort,
+            has_intents=bool(request.intents),
+            can_plan=self.bindings.models.is_configured("planning", context),
+        )
+        return choice.requested or choice.effort
 
     def as_retriever(self, **kwargs: Any) -> KnowledgeBaseRetriever:
         """A LangChain ``BaseRetriever`` over this knowledge base.

@@ -208,7 +208,7 @@ def test_event_stream_maps_library_errors_like_plain_responses(monkeypatch):
     from agentic_retrieval.knowledge_base import KnowledgeBase
 
     async def failing_stream(self, request, **kwargs):
-        yield {"event": "planning", "question": "x"}
+        yield {"event": "retrieval.started", "data": {"requestId": "r"}}
         raise UnknownKnowledgeSourceError("unknown knowledge source 'x'")
 
     monkeypatch.setattr(KnowledgeBase, "astream", failing_stream)
@@ -226,8 +226,7 @@ def test_event_stream_maps_library_errors_like_plain_responses(monkeypatch):
             "code": "KnowledgeSourceNotFound",
             "message": "unknown knowledge source 'x'",
             "details": [],
-        },
-        "status": 404,
+        }
     }
 
 

@@ -579,14 +579,28 @@ async def test_sync_invoke_works_inside_a_running_loop(toy_source):
     assert response.references[0].doc_key == "lost"
 
 
-async def test_astream_yields_progress_then_response(toy_source):
-    script = {"QueryPlan": [PLAN_TWO]}
+async def test_astream_yields_azure_events_then_the_response(toy_source):
+    script = {"QueryPlan": [PLAN_TWO, PLAN_TWO]}
     kb, _ = kb_with([toy_source], script)
     events = [e async for e in kb.astream({"messages": [user("q")]})]
     names = [e["event"] for e in events]
-    assert names[0] == "planning"
-    assert names.count("searched") == 2
-    assert names[-1] == "response" and events[-1]["status"] == 200
+    assert names[0] == "retrieval.started"
+    assert events[0]["data"]["reasoningEffort"] == {"kind": "low"}
+    assert names.count("activity.started") == names.count("activity.completed") == 5
+    assert names[-2:] == ["references.completed", "response.completed"]
+    assert "progress" not in names  # an extension: only when asked for
+    final = events[-1]["data"]
+    assert final["statusCode"] == 200
+    completed = [e["data"] for e in events if e["event"] == "activity.completed"]
+    # the same records with the same ids; a drop warning is known only once ranking is done
+    final_records = [
+        {k: v for k, v in r.items() if k != "warning"} for r in final["response"]["activity"]
+    ]
+    assert final_records == completed
+
+    progress = [e async for e in kb.astream({"messages": [user("q")]}, extensions={"progress"})]
+    steps = [e["data"]["step"] for e in progress if e["event"] == "progress"]
+    assert steps[0] == "planning" and steps.count("searched") == 2
 
 
 def test_searches_run_concurrently(toy_source):
@@ -828,7 +842,15 @@ async def test_astream_is_bounded_by_max_runtime_too():
     started = loop.time()
     events = [e async for e in kb.astream({"intents": [{"search": "x"}], "maxRuntimeInSeconds": 1})]
     assert loop.time() - started < 5
-    assert events[-1]["event"] == "response" and events[-1]["status"] == 408  # nothing ready
+    assert [e["event"] for e in events][-1] == "error"  # nothing ready: no response.completed
+    error = events[-1]["data"]
+    assert error["error"]["code"] == "Timeout"
+    assert "maxRuntimeInSeconds (1 s)" in error["error"]["message"]
+    # what completed before the limit: the search that ran out of time, the summary records
+    assert [r["type"] for r in error["activity"]][0] == "searchIndex"
+    assert error["activity"][0]["error"]["code"] == "Timeout"
+    assert error["activity"][-1]["type"] == "runtimeLimit"
+    assert [r["id"] for r in error["activity"]] == list(range(len(error["activity"])))
 
 
 # --- the facade: per-call defaults and config, typed retriever ---------------------------------
@@ -856,7 +878,7 @@ async def test_astream_forwards_config_callbacks_to_the_graph(toy_source):
     kb = KnowledgeBase([toy_source])
     request = {"intents": [{"search": "lost items"}]}
     events = [e async for e in kb.astream(request, config={"callbacks": [handler]})]
-    assert events[-1]["response"]["references"][0]["docKey"] == "lost"
+    assert events[-1]["data"]["response"]["references"][0]["docKey"] == "lost"
     nodes = [n for n in handler.names if n in ("route_and_plan", "rerank", "respond")]
     assert list(dict.fromkeys(nodes)) == ["route_and_plan", "rerank", "respond"]
 

@@ -54,8 +54,8 @@ def test_the_retriever_adapter_and_the_stream_carry_the_identity(policies):
 
     async def final():
         async for event in kb.astream(MINIMAL, identity=ALICE):
-            if event["event"] == "response":
-                return event["response"]
+            if event["event"] == "response.completed":
+                return event["data"]["response"]
         return None
 
     from agentic_retrieval.graph.sync import run_sync

@@ -292,7 +292,7 @@ def parse_sse(text: str) -> list[tuple[str, dict]]:
     return events
 
 
-def test_event_stream_sends_progress_then_the_response():
+def test_event_stream_sends_azure_events_then_the_response():
     with client(unreachable_index()) as c:
         r = c.post(
             f"/knowledgebases/transit/retrieve?api-version={GA}",
@@ -303,11 +303,13 @@ def test_event_stream_sends_progress_then_the_response():
     assert r.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(r.text)
     names = [name for name, _ in events]
-    assert names[0] == "searching" and names[-1] == "response"
-    assert names.count("searched") == 3 and "reranking" in names
+    assert names[0] == "retrieval.started" and names[-1] == "response.completed"
+    assert names.count("activity.started") == names.count("activity.completed") == 4
     final = events[-1][1]
-    assert final["status"] == 206
+    assert final["statusCode"] == 206  # the unreachable index failed: partial
     assert final["response"]["references"][0]["docKey"] == "hours-night"
+    failed = [d for n, d in events if n == "activity.completed" and d.get("error")]
+    assert [d["knowledgeSourceName"] for d in failed] == ["broken"]
 
 
 def test_event_stream_validation_errors_are_plain_400():
@@ -325,7 +327,7 @@ def test_event_stream_reports_a_failing_run_as_an_error_event(monkeypatch):
     from agentic_retrieval.knowledge_base import KnowledgeBase
 
     async def broken_stream(self, request, **kwargs):
-        yield {"event": "planning", "question": "x"}
+        yield {"event": "retrieval.started", "data": {"requestId": "r"}}
         raise RuntimeError("provider exploded")
 
     monkeypatch.setattr(KnowledgeBase, "astream", broken_stream)
@@ -336,9 +338,9 @@ def test_event_stream_reports_a_failing_run_as_an_error_event(monkeypatch):
             headers={"accept": "text/event-stream"},
         )
     events = parse_sse(r.text)
-    assert [name for name, _ in events] == ["planning", "error"]
+    assert [name for name, _ in events] == ["retrieval.started", "error"]
     error = events[-1][1]
-    assert error["status"] == 500 and error["error"]["code"] == "InternalServerError"
+    assert error["error"]["code"] == "InternalServerError"
     assert "provider exploded" not in json.dumps(error)  # no internals leak
     assert error["error"]["details"][0]["code"] == "RequestId"
 

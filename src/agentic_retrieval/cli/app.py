@@ -15,6 +15,7 @@ import os
 import re
 import sqlite3
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from rich.table import Table
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
     FilterFieldError,
+    KnowledgeSourceFailedError,
     ModelRequiredError,
     ODataError,
 )
@@ -41,12 +43,14 @@ from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
+from agentic_retrieval.wire.events import ERROR, PROGRESS, RESPONSE_COMPLETED
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS, RetrieveResponse
 from agentic_retrieval.wire.retrieve import (
     conversation_request,
     effort_warnings,
     known_fields,
     prepare,
+    timed_out_response,
 )
 
 EXIT_FAILED = 1
@@ -751,18 +755,25 @@ def run_retrieve(
         return asyncio.run(kb.aretrieve(parsed, identity=identity))
 
     async def stream() -> RetrieveResponse:
-        final: dict[str, Any] = {}
-        status = 200
-        async for event in kb.astream(parsed, identity=identity):
-            if event.get("event") == "response":
-                final, status = event["response"], int(event.get("status", 200))
-            else:
-                on_event(event)
-        response = RetrieveResponse.model_validate(final)
-        # the wire shape has no status: carry the event's, so 206/408 are not read as 200
-        response._partial = status == 206
-        response._timed_out = status == 408
-        return response
+        started = time.time()
+        async for event in kb.astream(parsed, identity=identity, extensions={PROGRESS}):
+            name, data = event["event"], event["data"]
+            if name == PROGRESS:
+                on_event({"event": data["step"], **data})
+            elif name == RESPONSE_COMPLETED:
+                response = RetrieveResponse.model_validate(data["response"])
+                # the wire shape has no status: carry the event's, so 206 is not read as 200
+                response._partial = data["statusCode"] == 206
+                return response
+            elif name == ERROR:
+                error = data["error"]
+                if error["code"] == "KnowledgeSourceFailed":
+                    cause = error["details"][0]
+                    raise KnowledgeSourceFailedError(
+                        error["target"], cause["code"], cause["message"]
+                    )
+                return timed_out_response(context, started)
+        raise RuntimeError("the event stream ended without response.completed or error")
 
     async def bounded() -> RetrieveResponse:
         try:

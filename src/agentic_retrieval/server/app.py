@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -20,12 +21,18 @@ from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
-from agentic_retrieval.server.errors import ApiError, install_error_handlers
+from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.management import Management, add_management_routes
 from agentic_retrieval.server.requests import check_api_version, read_json_object
 from agentic_retrieval.server.settings import ServerSettings
-from agentic_retrieval.server.streaming import EVENT_STREAM, retrieve_events, wants_event_stream
+from agentic_retrieval.server.streaming import (
+    EVENT_STREAM,
+    EXTENSIONS_HEADER,
+    retrieve_events,
+    wants_event_stream,
+)
+from agentic_retrieval.wire.events import extensions_from
 from agentic_retrieval.wire.retrieve import prepare
 
 logger = logging.getLogger(__name__)
@@ -132,12 +139,20 @@ def _add_routes(
         )
         parsed, context = prepare(await read_json_object(request), defaults, kb.bindings)
         if wants_event_stream(request.headers.get("accept")):
+            extensions = extensions_from(request.headers.get(EXTENSIONS_HEADER))
+            request_id = str(uuid.uuid4())
             return StreamingResponse(
                 retrieve_events(
-                    kb, parsed, context.max_runtime_seconds, identity=identity, defaults=defaults
+                    kb,
+                    parsed,
+                    context.max_runtime_seconds,
+                    identity=identity,
+                    defaults=defaults,
+                    extensions=extensions,
+                    request_id=request_id,
                 ),
                 media_type=EVENT_STREAM,
-                headers={"Cache-Control": "no-cache"},
+                headers={"Cache-Control": "no-cache", REQUEST_ID_HEADER: request_id},
             )
         response = await kb.aretrieve(parsed, identity=identity, defaults=context)
         if response.status_code == 408:

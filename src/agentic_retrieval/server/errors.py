@@ -140,12 +140,13 @@ def api_error_for(exc: BaseException) -> ApiError | None:
     if isinstance(exc, ModelRequiredError):
         return ApiError(400, model_required_message(exc))
     if isinstance(exc, KnowledgeSourceFailedError):
+        detail = exc.detail()
         return ApiError(
             424,
-            str(exc),
-            code="KnowledgeSourceFailed",
-            target=exc.source,
-            details=[{"code": exc.code, "message": exc.source_message, "target": exc.source}],
+            detail["message"],
+            code=detail["code"],
+            target=detail["target"],
+            details=detail["details"],
         )
     for kind, status, code in CLIENT_ERRORS:
         if isinstance(exc, kind):

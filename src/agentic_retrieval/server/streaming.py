@@ -13,11 +13,14 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.errors import api_error_for, error_body, internal_error
+from agentic_retrieval.wire.events import ERROR, RetrieveEvent
 from agentic_retrieval.wire.models import RetrieveRequest
 
 logger = logging.getLogger(__name__)
 
 EVENT_STREAM = "text/event-stream"
+EXTENSIONS_HEADER = "x-agentic-retrieval-events"
+"""Names the extension events a streaming caller wants (``answer.delta, progress``)."""
 
 
 def wants_event_stream(accept: str | None) -> bool:
@@ -37,17 +40,22 @@ async def retrieve_events(
     *,
     identity: Identity | None = None,
     defaults: Context | None = None,
+    extensions: frozenset[str] = frozenset(),
+    request_id: str | None = None,
 ) -> AsyncIterator[str]:
-    """Stream ``kb``'s progress events, then a ``response`` event (or an ``error`` event).
+    """Stream ``kb``'s retrieve events (:mod:`agentic_retrieval.wire.events`) as SSE frames.
 
     The run is driven by its own task feeding a queue, so a client that disconnects (the
     server cancels this generator) or a run that overshoots ``maxRuntimeInSeconds`` plus a
-    grace period only cancels that task; nothing is left running.
+    grace period only cancels that task; nothing is left running. A failure after the
+    headers (200) went out travels as the terminal ``error`` event.
     """
-    queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-    producer = asyncio.create_task(_produce(kb, request, queue, identity, defaults))
+    queue: asyncio.Queue[RetrieveEvent | BaseException | None] = asyncio.Queue()
+    producer = asyncio.create_task(
+        _produce(kb, request, queue, identity, defaults, extensions, request_id)
+    )
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + runtime_seconds + GRACE_SECONDS
+    deadline = loop.time() + runtime_seconds + GRACE_SECONDS + 1.0  # the run's own guard first
     try:
         while True:
             remaining = max(deadline - loop.time(), 0.001)
@@ -55,7 +63,7 @@ async def retrieve_events(
                 item = await asyncio.wait_for(queue.get(), remaining)
             except TimeoutError:
                 message = f"maxRuntimeInSeconds ({runtime_seconds:g} s) elapsed"
-                yield sse("error", {**error_body("RequestTimeout", message), "status": 408})
+                yield sse(ERROR, error_body("RequestTimeout", message))
                 return
             if item is None:
                 return
@@ -66,9 +74,9 @@ async def retrieve_events(
                     request_id = uuid.uuid4().hex
                     logger.error("streamed run %s failed", request_id, exc_info=item)
                     error = internal_error(request_id)
-                yield sse("error", {**error.body(), "status": error.status})
+                yield sse(ERROR, error.body())
                 return
-            yield sse(str(item.get("event", "progress")), item)
+            yield sse(item["event"], item["data"])
     finally:
         producer.cancel()
 
@@ -76,12 +84,21 @@ async def retrieve_events(
 async def _produce(
     kb: KnowledgeBase,
     request: RetrieveRequest,
-    queue: asyncio.Queue[dict[str, Any] | BaseException | None],
+    queue: asyncio.Queue[RetrieveEvent | BaseException | None],
     identity: Identity | None,
     defaults: Context | None,
+    extensions: frozenset[str],
+    request_id: str | None,
 ) -> None:
     try:
-        async for event in kb.astream(request, identity=identity, defaults=defaults):
+        events = kb.astream(
+            request,
+            identity=identity,
+            defaults=defaults,
+            extensions=extensions,
+            request_id=request_id,
+        )
+        async for event in events:
             queue.put_nowait(event)
     except asyncio.CancelledError:
         raise
