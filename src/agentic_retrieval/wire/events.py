@@ -205,13 +205,14 @@ class _AnswerDeltas:
     sent: str = ""
     message_id: str | None = None
     buffer: str = ""
+    restart: bool = False
+    """Text was sent for an earlier model call: the next delta starts the text again."""
 
     def feed(self, message: BaseMessage) -> tuple[str, bool] | None:
         if not isinstance(message, AIMessage):
             return None
-        restart = False
         if message.id != self.message_id:
-            restart = bool(self.sent)
+            self.restart = self.restart or bool(self.sent)
             self.message_id, self.buffer, self.sent = message.id, "", ""
         text = self._answer_text(message)
         if text is None:
@@ -219,10 +220,11 @@ class _AnswerDeltas:
         if text.startswith(self.sent):
             delta = text[len(self.sent) :]
         else:  # the partial parse changed its mind about text already sent
-            delta, restart = text, True
+            delta, self.restart = text, True
         self.sent = text
-        if not delta and not restart:
+        if not delta and not self.restart:
             return None
+        restart, self.restart = self.restart, False
         return delta, restart
 
     def _answer_text(self, message: AIMessage) -> str | None:
