@@ -847,7 +847,7 @@ async def test_astream_is_bounded_by_max_runtime_too():
     assert error["error"]["code"] == "Timeout"
     assert "maxRuntimeInSeconds (1 s)" in error["error"]["message"]
     # what completed before the limit: the search that ran out of time, the summary records
-    assert [r["type"] for r in error["activity"]][0] == "searchIndex"
+    assert error["activity"][0]["type"] == "searchIndex"
     assert error["activity"][0]["error"]["code"] == "Timeout"
     assert error["activity"][-1]["type"] == "runtimeLimit"
     assert [r["id"] for r in error["activity"]] == list(range(len(error["activity"])))
