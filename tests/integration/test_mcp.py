@@ -115,3 +115,33 @@ async def test_stdio_server_from_the_command_line(tmp_path):
     assert not result.is_error
     keys = [ref["docKey"] for ref in result.structured_content["references"][:3]]
     assert any(key.startswith("operations-cctv-and-data-requests-md-") for key in keys), keys
+
+
+async def test_the_tool_reports_the_retrieve_events_as_progress(base_url):
+    """The REST stream's events, each as a progress notification's JSON message."""
+    seen: list[tuple[float, dict]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, json.loads(message or "{}")))
+
+    async with connect(f"{base_url}/knowledgebases/partial/mcp", KEY) as client:
+        result = await client.call_tool(
+            "knowledge_base_retrieve",
+            {"query": "last tram on Sunday", "effort": "minimal"},
+            progress_callback=on_progress,
+        )
+        quiet = await client.call_tool(
+            "knowledge_base_retrieve", {"query": "last tram on Sunday", "effort": "minimal"}
+        )
+    assert not result.is_error and not quiet.is_error
+    assert [p for p, _ in seen] == list(range(1, len(seen) + 1))
+    names = [event["event"] for _, event in seen]
+    assert names[0] == "retrieval.started"
+    assert names[-2:] == ["references.completed", "response.completed"]
+    assert names.count("activity.started") == names.count("activity.completed") >= 2
+    final = seen[-1][1]["data"]
+    assert final["statusCode"] == 206  # the unreachable index: partial, as the result says
+    assert result.structured_content["partial"] is True
+    assert [r["docKey"] for r in final["response"]["references"]] == [
+        r["docKey"] for r in result.structured_content["references"]
+    ]

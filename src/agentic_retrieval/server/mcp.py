@@ -5,6 +5,11 @@ identity tokens: ``x-ms-query-source-authorization: Bearer <JWT>`` is validated 
 SDK sees the request, and the tool retrieves as that identity), or over stdio for desktop
 clients with ``agentic-retrieval mcp --kb DIR``. Built on the official ``mcp`` SDK (2.x:
 ``MCPServer``). The identity is never a tool argument: a model calling the tool cannot set it.
+
+A call runs through the same event stream as the REST route's ``Accept: text/event-stream``
+(:mod:`agentic_retrieval.wire.events`); a client that passes a ``progressToken`` receives each
+event as a progress notification. Over HTTP a tool call's answer is therefore an SSE stream
+(the transport's ``json_response`` is off): a plain JSON answer could not carry them.
 """
 
 from __future__ import annotations
@@ -29,14 +34,14 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.errors import (
     IdentityRequiredError,
     InvalidRequestError,
-    KnowledgeSourceFailedError,
     ModelRequiredError,
 )
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
-from agentic_retrieval.wire.models import ActivityRecord
+from agentic_retrieval.wire.events import ERROR, RESPONSE_COMPLETED, RetrieveEvent
+from agentic_retrieval.wire.models import ActivityRecord, RetrieveResponse
 from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings
 
 logger = logging.getLogger(__name__)
@@ -145,10 +150,10 @@ def build_mcp_server(kb: KnowledgeBase, *, defaults: Context | None = None) -> M
             exclude=exclude_sources or (),
         )
         try:
-            response = await kb.aretrieve(request, identity=_caller(ctx), defaults=defaults)
+            final = await _run(kb, request, _caller(ctx), defaults, ctx)
         except ModelRequiredError as exc:
             raise ToolError(model_required_message(exc)) from exc
-        except (InvalidRequestError, KnowledgeSourceFailedError, IdentityRequiredError) as exc:
+        except (InvalidRequestError, IdentityRequiredError) as exc:
             raise ToolError(str(exc)) from exc
         except Exception as exc:  # a bug: its text goes to the log, never to the client
             request_id = uuid.uuid4().hex
@@ -156,8 +161,10 @@ def build_mcp_server(kb: KnowledgeBase, *, defaults: Context | None = None) -> M
             raise ToolError(
                 f"An internal error occurred; quote request id {request_id} when reporting it."
             ) from None
-        if response.status_code == 408:
-            raise ToolError("maxRuntimeInSeconds elapsed before any result was ready")
+        if final["event"] == ERROR:  # failOnError, or maxRuntimeInSeconds with nothing ready
+            raise ToolError(final["data"]["error"]["message"])
+        response = RetrieveResponse.model_validate(final["data"]["response"])
+        response._partial = final["data"]["statusCode"] == 206
         return RetrieveToolResult(
             response=response.text,
             references=[ref.to_wire() for ref in response.references],
@@ -173,6 +180,32 @@ def build_mcp_server(kb: KnowledgeBase, *, defaults: Context | None = None) -> M
         f"'{kb.name}'. {kb.description}".strip(),
     )
     return server
+
+
+async def _run(
+    kb: KnowledgeBase,
+    request: dict[str, Any],
+    identity: Identity | None,
+    defaults: Context | None,
+    ctx: McpContext | None,
+) -> RetrieveEvent:
+    """Run the request through the event stream; return its terminal event.
+
+    Every event (:mod:`agentic_retrieval.wire.events`) goes to a client that asked for
+    progress (a ``progressToken``) as a progress notification: ``progress`` counts the events
+    and ``message`` is the event as JSON, ``{"event": name, "data": ...}``.
+    """
+    final: RetrieveEvent | None = None
+    count = 0
+    async for event in kb.astream(request, identity=identity, defaults=defaults):
+        count += 1
+        if ctx is not None:
+            await ctx.report_progress(count, None, json.dumps(event, separators=(",", ":")))
+        if event["event"] in (RESPONSE_COMPLETED, ERROR):
+            final = event
+    if final is None:
+        raise RuntimeError("the event stream ended without response.completed or error")
+    return final
 
 
 def model_required_message(exc: ModelRequiredError) -> str:
@@ -281,7 +314,7 @@ class McpMounts:
             for name, server in self.servers.items():
                 server.streamable_http_app(
                     stateless_http=True,
-                    json_response=True,
+                    json_response=False,  # an SSE answer: progress notifications reach it
                     transport_security=_transport_security(self.host),
                 )
                 await stack.enter_async_context(server.session_manager.run())
