@@ -4,6 +4,8 @@ azure-search-documents 12.0.0 client and the MCP tool, on every accepted api-ver
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from tests.fakes import FailingSource
@@ -325,3 +327,20 @@ async def test_the_mcp_tool_excludes_caps_and_warns(url):
     ]
     assert refused.is_error
     assert "neverQuerySource excludes every knowledge source" in refused.content[0].text
+
+
+def test_the_event_stream_carries_citation_urls_too(url):
+    """The SSE route passes the service endpoint and api-version like the JSON route."""
+    version = "2026-10-01"
+    with client(url, version) as http:
+        streamed = http.post(
+            "/knowledgebases('service')/retrieve",
+            json=intents("harbor day pass"),
+            headers={"accept": "text/event-stream"},
+        )
+    frames = [block.splitlines() for block in streamed.text.strip().split("\n\n")]
+    events = {lines[0].removeprefix("event: "): json.loads(lines[1][6:]) for lines in frames}
+    (reference,) = events["references.completed"]
+    expected = f"{url}/indexes/guides/docs/day?$select=id%2Ctitle&api-version={version}"
+    assert reference["citationUrl"] == expected
+    assert events["response.completed"]["response"]["references"] == [reference]
