@@ -3,7 +3,9 @@
 It answers ``POST /v1/chat/completions`` from a script keyed by the structured-output
 schema name the client asks for (``response_format.json_schema.name``, or the first tool's
 name for function calling), and reports usage like the real API, so the real
-``langchain-openai`` client code path runs end to end.
+``langchain-openai`` client code path runs end to end. A request with ``"stream": true`` is
+answered as the real API streams: server-sent ``chat.completion.chunk`` frames carrying the
+content (or the tool call's arguments) a few characters at a time, then ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from typing import Any
 class OpenAIStandIn:
     """Start with ``with OpenAIStandIn(script) as server:``; ``server.base_url`` is /v1."""
 
-    def __init__(self, script: dict[str, list[Any]], usage: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        script: dict[str, list[Any]],
+        usage: dict[str, Any] | None = None,
+        piece: int = 6,
+    ):
+        self.piece = piece
+        """Characters per streamed chunk."""
         self.script = {name: deque(items) for name, items in script.items()}
         self.usage = usage or {
             "prompt_tokens": 321,
@@ -82,6 +91,36 @@ class OpenAIStandIn:
             "usage": self.usage,
         }
 
+    def chunks(self, payload: dict[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The streamed form of a completion: deltas of ``self.piece`` characters."""
+        message = payload["choices"][0]["message"]
+        base = {k: payload[k] for k in ("id", "created", "model")}
+        base["object"] = "chat.completion.chunk"
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        if message.get("tool_calls"):
+            call = message["tool_calls"][0]
+            text = call["function"]["arguments"]
+            for i in range(0, len(text), self.piece):
+                function = {"arguments": text[i : i + self.piece]}
+                if i == 0:
+                    function["name"] = call["function"]["name"]
+                part = {"index": 0, "function": function}
+                if i == 0:
+                    part |= {"id": call["id"], "type": "function"}
+                deltas.append({"tool_calls": [part]})
+        else:
+            text = message["content"] or ""
+            deltas += [
+                {"content": text[i : i + self.piece]} for i in range(0, len(text), self.piece)
+            ]
+        chunks = [
+            {**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+        ]
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**base, "choices": [], "usage": payload["usage"]})
+        return chunks
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
 
@@ -93,12 +132,26 @@ class OpenAIStandIn:
                     status, payload = 404, {"error": {"message": "not found"}}
                 else:
                     status, payload = outer._answer(body)
+                if status == 200 and body.get("stream"):
+                    self._stream(outer.chunks(payload, body))
+                    return
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, chunks: list[dict[str, Any]]) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -97,3 +97,32 @@ def test_unparseable_model_output_over_http_degrades(toy_source, monkeypatch):
     assert planning.model_extra["inputTokens"] == 0
     assert "QueryPlan" in planning.error.message or "validation" in planning.error.message
     assert response.references[0].doc_key == "lost"
+
+
+async def test_answer_deltas_stream_from_the_real_client(toy_source, monkeypatch):
+    """answer.delta over langchain-openai's streaming path (server-sent chunks)."""
+    answer = "A day pass costs 6 euros [ref_id:0]; a month costs more [ref_id:7]."
+    plan = {"needs_retrieval": True, "assistant_message": "", "queries": []}
+    plan["queries"] = [{"query": "day pass", "goal": "", "knowledge_sources": [], "filter": ""}]
+    script = {"QueryPlan": [plan], "SynthesizedAnswer": [{"answer": answer}]}
+    with OpenAIStandIn(script, piece=4) as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        kb = KnowledgeBase([toy_source], chat_model="openai:gpt-4.1-mini")
+        request = {"messages": [user("How much is a day pass?")], "outputMode": "answerSynthesis"}
+        events = [e async for e in kb.astream(request, extensions={"answer.delta"})]
+        sent = list(server.requests)
+    assert sent[-1]["stream"] is True  # the answer came as server-sent chunks
+    deltas = [e["data"]["delta"] for e in events if e["event"] == "answer.delta"]
+    assert len(deltas) > 5 and "".join(deltas) == answer
+    (completed,) = [e["data"] for e in events if e["event"] == "answer.completed"]
+    assert (
+        completed["message"]["content"][0]["text"]
+        == "A day pass costs 6 euros [ref_id:0]; a month costs more."
+    )
+    (answer_record,) = [
+        e["data"]
+        for e in events
+        if e["event"] == "activity.completed" and e["data"]["type"] == "modelAnswerSynthesis"
+    ]
+    assert answer_record["removedCitations"] == [7]
