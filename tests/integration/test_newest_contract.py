@@ -292,6 +292,33 @@ def test_the_sdk_sees_fail_on_error_once_without_retrying(url):
     assert BROKEN.calls == calls + 1
 
 
+def test_the_sdk_pipeline_reads_the_event_stream(url):
+    """The GA SDK has no streaming method; its pipeline (key policy, retries) with
+    ``send_request`` is how an Azure client streams, and it reads ours unchanged."""
+    sdk = pytest.importorskip("azure.search.documents.knowledgebases")
+    from azure.core.credentials import AzureKeyCredential
+    from azure.core.rest import HttpRequest
+
+    request = HttpRequest(
+        "POST",
+        "/knowledgebases('service')/retrieve",
+        params={"api-version": "2026-10-01"},
+        headers={"Accept": "text/event-stream"},
+        json=intents("harbor day pass"),
+    )
+    with sdk.KnowledgeBaseRetrievalClient(
+        url, AzureKeyCredential(KEY), knowledge_base_name="service"
+    ) as retrieval:
+        response = retrieval.send_request(request, stream=True)
+        text = b"".join(response.iter_bytes()).decode()
+        response.close()
+    lines = [line for line in text.splitlines() if line.startswith("event: ")]
+    assert response.status_code == 200
+    names = [line.removeprefix("event: ") for line in lines]
+    assert names[0] == "retrieval.started"
+    assert names[-2:] == ["references.completed", "response.completed"]
+
+
 # --- MCP -----------------------------------------------------------------------------------------
 
 

@@ -117,7 +117,9 @@ def test_mcp_tool_bugs_carry_a_request_id_only(broken_app):
     with TestClient(broken_app, base_url="http://127.0.0.1:8080") as client:
         reply = client.post("/knowledgebases/transit/mcp", json=call, headers=headers)
     assert reply.status_code == 200, reply.text
-    result = reply.json()["result"]
+    # the answer is an SSE stream (room for progress notifications): its one JSON-RPC message
+    (message,) = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
+    result = json.loads(message)["result"]
     assert result["isError"] is True
     text = result["content"][0]["text"]
     assert "quote request id" in text
