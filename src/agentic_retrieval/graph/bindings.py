@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 
 from langchain_core.language_models import BaseChatModel
 
+from agentic_retrieval.context import Context
+from agentic_retrieval.errors import UnknownKnowledgeSourceError
 from agentic_retrieval.llm.chat_models import ChatModels
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 
 @dataclass
@@ -64,3 +67,25 @@ def sources_by_name(
             raise ValueError(f"two knowledge sources are named {source.name!r}")
         by_name[source.name] = source
     return by_name
+
+
+def allowed_sources(
+    bindings: Bindings, context: Context, params: dict[str, KnowledgeSourceParams]
+) -> list[str]:
+    """Sources this run may query: bound, allowed by the context, named by the caller.
+
+    Raises:
+        UnknownKnowledgeSourceError: The caller names a source that is not bound.
+    """
+    unknown = sorted(set(params) - set(bindings.sources))
+    if unknown:
+        raise UnknownKnowledgeSourceError(f"unknown knowledge source(s): {', '.join(unknown)}")
+    names = list(bindings.sources)
+    if context.knowledge_sources is not None:
+        names = [n for n in names if n in context.knowledge_sources]
+    # naming a source selects it; naming it only to exclude it (neverQuerySource) does not
+    # restrict the others
+    named = [n for n, p in params.items() if not p.never_query_source]
+    if named:
+        names = [n for n in names if n in named]
+    return [n for n in names if not (n in params and params[n].never_query_source)]

@@ -19,11 +19,10 @@ from langgraph.types import StreamWriter
 
 from agentic_retrieval import prompts
 from agentic_retrieval.context import Context
-from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import QueryPlan
 from agentic_retrieval.nodes._shared import (
-    allowed_sources,
     call_error,
     elapsed_ms,
     remaining_seconds,

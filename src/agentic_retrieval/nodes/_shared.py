@@ -16,8 +16,6 @@ from langchain_core.messages import BaseMessage
 from langgraph.types import StreamWriter
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.errors import UnknownKnowledgeSourceError
-from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import StructuredResult, Usage
 from agentic_retrieval.odata import and_filters
 from agentic_retrieval.state import (
@@ -167,28 +165,6 @@ def parse_source_params(raw: Sequence[Any]) -> dict[str, KnowledgeSourceParams]:
         )
         params[parsed.knowledge_source_name] = parsed
     return params
-
-
-def allowed_sources(
-    bindings: Bindings, context: Context, params: dict[str, KnowledgeSourceParams]
-) -> list[str]:
-    """Sources this run may query: bound, allowed by the context, named by the caller.
-
-    Raises:
-        UnknownKnowledgeSourceError: The caller names a source that is not bound.
-    """
-    unknown = sorted(set(params) - set(bindings.sources))
-    if unknown:
-        raise UnknownKnowledgeSourceError(f"unknown knowledge source(s): {', '.join(unknown)}")
-    names = list(bindings.sources)
-    if context.knowledge_sources is not None:
-        names = [n for n in names if n in context.knowledge_sources]
-    # naming a source selects it; naming it only to exclude it (neverQuerySource) does not
-    # restrict the others
-    named = [n for n, p in params.items() if not p.never_query_source]
-    if named:
-        names = [n for n in names if n in named]
-    return [n for n in names if not (n in params and params[n].never_query_source)]
 
 
 def results_processing(

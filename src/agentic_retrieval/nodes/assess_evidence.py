@@ -17,12 +17,11 @@ from langgraph.runtime import Runtime
 from langgraph.types import StreamWriter
 
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.nodes._shared import (
     NodeFn,
-    allowed_sources,
     call_error,
     elapsed_ms,
     next_round,

@@ -15,10 +15,9 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.nodes._shared import (
     NodeFn,
-    allowed_sources,
     next_round,
     resolve_subqueries,
 )
