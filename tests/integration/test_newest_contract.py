@@ -113,8 +113,8 @@ def source_params(*entries: dict) -> list[dict]:
                 {"knowledgeSourceName": "fares", "neverQuerySource": True},
                 {"knowledgeSourceName": "hours", "neverQuerySource": True},
             ],
-            "knowledgeSourceParams: neverQuerySource excludes every knowledge source of this "
-            "knowledge base (fares, hours); leave at least one to query",
+            "knowledgeSourceParams: neverQuerySource excludes every knowledge source this "
+            "request may query (fares, hours); leave at least one to query",
         ),
     ],
 )

@@ -122,8 +122,8 @@ def test_the_planner_is_not_offered_an_excluded_source():
                 {"knowledgeSourceName": "a", "neverQuerySource": True},
                 {"knowledgeSourceName": "b", "neverQuerySource": True},
             ],
-            "knowledgeSourceParams: neverQuerySource excludes every knowledge source of this "
-            "knowledge base (a, b); leave at least one to query",
+            "knowledgeSourceParams: neverQuerySource excludes every knowledge source this "
+            "request may query (a, b); leave at least one to query",
         ),
     ],
 )
@@ -251,3 +251,30 @@ def test_request_values_win_over_knowledge_base_defaults():
     assert [r.doc_key for r in base.retrieve(request()).references] == ["a1"]
     widened = base.retrieve(request(maxOutputDocuments=3))
     assert [r.doc_key for r in widened.references] == ["a1", "b2", "a2"]
+
+
+def test_excluding_every_source_the_run_may_query_is_a_400_not_an_empty_run():
+    """Context.knowledge_sources restricts the run to 'a': excluding 'a' leaves nothing,
+    although 'b' is still bound (the check used to count bound sources)."""
+    restricted = kb(defaults=Context(knowledge_sources=["a"]))
+    excluding_a = request({"knowledgeSourceName": "a", "neverQuerySource": True})
+    with pytest.raises(InvalidRequestError, match=r"excludes every knowledge source this"):
+        restricted.retrieve(excluding_a)
+    # unrestricted, 'b' is left to query
+    assert searched(kb().retrieve(excluding_a)) == ["b"]
+
+
+def test_the_server_answers_the_same_exclusion_400():
+    from fastapi.testclient import TestClient
+
+    from agentic_retrieval.server import ServerSettings, create_app
+
+    restricted = kb(defaults=Context(knowledge_sources=["a"]))
+    app = create_app(restricted, settings=ServerSettings(read_env_keys=False), mcp=False)
+    with TestClient(app) as client:
+        answer = client.post(
+            f"/knowledgebases/{restricted.name}/retrieve?api-version=2026-10-01",
+            json=request({"knowledgeSourceName": "a", "neverQuerySource": True}),
+        )
+    assert answer.status_code == 400
+    assert "neverQuerySource excludes every knowledge source" in answer.json()["error"]["message"]

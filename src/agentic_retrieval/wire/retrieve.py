@@ -30,7 +30,7 @@ from agentic_retrieval.errors import (
     ModelUnavailableError,
     UnknownKnowledgeSourceError,
 )
-from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, Role
 from agentic_retrieval.odata import (
     FieldSchema,
@@ -157,10 +157,12 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
         for p in request.knowledge_source_params or []
         if p.never_query_source
     ]
-    if excluded and not [n for n in sources if n not in excluded]:
+    params = {p.knowledge_source_name: p for p in request.knowledge_source_params or []}
+    if excluded and not allowed_sources(bindings, context, params):
+        # the sources this run may query (Context.knowledge_sources restricts the bound ones)
         raise InvalidRequestError(
-            "knowledgeSourceParams: neverQuerySource excludes every knowledge source of this "
-            f"knowledge base ({', '.join(excluded)}); leave at least one to query"
+            "knowledgeSourceParams: neverQuerySource excludes every knowledge source this "
+            f"request may query ({', '.join(excluded)}); leave at least one to query"
         )
     for setting, value, role in _model_needs(request, context, bindings):
         try:
