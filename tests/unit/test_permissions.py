@@ -8,6 +8,7 @@ holidays (public).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -336,3 +337,27 @@ def test_the_in_memory_source_skips_what_the_identity_may_not_see():
     legacy = InMemoryKnowledgeSource("legacy", docs[2:])
     with pytest.raises(PermissionsNotEnforceableError):
         _search(legacy, enforce=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and symlinks")
+def test_a_sidecar_that_is_a_link_or_a_fifo_fails_its_file_closed(tmp_path):
+    """The sidecar gets the indexed files' check: a FIFO is not 'no sidecar' (which would
+    index the file with the run's permissions, public here), and a link is not followed."""
+    docs, outside = tmp_path / "docs", tmp_path / "outside"
+    write(docs / "fifo.md", "vacation rules for the board")
+    os.mkfifo(docs / "fifo.md.permissions.json")
+    write(outside / "grant.json", json.dumps({"groupIds": ["all"]}))
+    write(docs / "linked.md", "vacation rules for the directors")
+    (docs / "linked.md.permissions.json").symlink_to(outside / "grant.json")
+    write(docs / "plain.md", "vacation rules for staff")
+    source = LocalKnowledgeSource("files", tmp_path / "files.sqlite", create=True)
+    report = source.index([docs], permissions=Permissions(public=True))
+    assert [p.rsplit("/", 1)[1] for p in report.indexed] == ["plain.md"]
+    reasons = sorted(f.reason for f in report.failed)
+    assert reasons == [
+        "fifo.md.permissions.json: not a regular file (a FIFO); fifo.md is not indexed",
+        "linked.md.permissions.json: a link (a sidecar found in a folder must be a regular "
+        "file); linked.md is not indexed",
+    ]
+    assert [h.title for h in source.store.search("vacation")] == ["plain"]
+    source.close()

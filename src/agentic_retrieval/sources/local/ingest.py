@@ -239,18 +239,37 @@ def validate_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return plain
 
 
-def read_sidecar(path: Path) -> Permissions | None:
+def read_sidecar(path: Path, *, follow_links: bool = True) -> Permissions | None:
     """The permissions in ``path``'s sidecar (``NAME.permissions.json``), if it has one.
 
+    The sidecar is read like an indexed file (:func:`read_regular_file`): a FIFO, socket or
+    device in its place, or (``follow_links=False``, a file found by walking a folder) a link,
+    is an error rather than "no sidecar", because its file would otherwise be indexed with
+    the run's permissions (perhaps public) when its owner meant to restrict it.
+
     Raises:
-        ValueError: The sidecar is not ``{"userIds": [...], "groupIds": [...]}``.
+        ValueError: The sidecar is not a regular file, or not ``{"userIds": [...],
+            "groupIds": [...]}``.
         OSError: It exists but cannot be read.
     """
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
-    if not sidecar.is_file():
-        return None
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8-sig"))
+        mode = sidecar.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode) and not follow_links:
+        raise ValueError(
+            f"{sidecar.name}: a link (a sidecar found in a folder must be a regular file); "
+            f"{path.name} is not indexed"
+        )
+    try:
+        raw, _ = read_regular_file(sidecar, follow_links=follow_links)
+    except FileNotFoundError:  # a link to nothing
+        raise ValueError(f"{sidecar.name}: a link to a missing file") from None
+    except LoaderError as exc:
+        raise ValueError(f"{sidecar.name}: {exc}; {path.name} is not indexed") from exc
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
     except ValueError as exc:
         raise ValueError(f"{sidecar.name}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict) or not data or set(data) - _SIDECAR_KEYS:
@@ -423,7 +442,8 @@ class _FileIndexer:
             return self._fail(report, key, f"unsupported file type {candidate.path.suffix!r}")
         try:
             data, stat_result = read_regular_file(candidate.path, follow_links=candidate.explicit)
-            permissions = read_sidecar(candidate.path) or self.permissions
+            sidecar = read_sidecar(candidate.path, follow_links=candidate.explicit)
+            permissions = sidecar or self.permissions
         except OSError as exc:
             return self._fail(report, key, f"cannot read: {exc.strerror or exc}")
         except LoaderError as exc:
