@@ -157,8 +157,8 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
         for p in request.knowledge_source_params or []
         if p.never_query_source
     ]
-    params = {p.knowledge_source_name: p for p in request.knowledge_source_params or []}
-    if excluded and not allowed_sources(bindings, context, params):
+    by_name = {p.knowledge_source_name: p for p in request.knowledge_source_params or []}
+    if excluded and not allowed_sources(bindings, context, by_name):
         # the sources this run may query (Context.knowledge_sources restricts the bound ones)
         raise InvalidRequestError(
             "knowledgeSourceParams: neverQuerySource excludes every knowledge source this "
