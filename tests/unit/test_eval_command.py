@@ -111,6 +111,8 @@ def test_eval_command_end_to_end_with_exact_numbers(tmp_path, dataset):
         (["--dataset", "{data}", "--kb", "{tmp}"], "give either --dataset DIR (BEIR) or --kb DIR"),
         (["--kb", "{tmp}"], "--kb needs --questions FILE"),
         (["--dataset", "{data}", "--effort", "low"], "needs a chat model"),
+        # auto without a model would never escalate: minimal's figures under auto's name
+        (["--dataset", "{data}", "--effort", "minimal,auto"], "would measure the model-free"),
         (["--dataset", "{data}", "--effort", "huge"], "effort must be one of minimal, low, medium"),
         (["--dataset", "{data}", "--top-n", "ten"], "--top-n: 'ten' is not an integer"),
         (["--dataset", "{data}", "--top-n", "500"], "top_n must be between 1 and 200"),

@@ -19,6 +19,7 @@ from agentic_retrieval.eval.configurations import Configuration
 from agentic_retrieval.eval.datasets import MAX_LISTED, DatasetError, Question
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR
 from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 from agentic_retrieval.sources.local.ingest import slugify
@@ -154,11 +155,20 @@ def check_model(kb: KnowledgeBase, configuration: Configuration) -> None:
     """
     if not configuration.needs_model:
         return
+    context = configuration.context(kb.defaults)
+    if configuration.effort == "auto" and not kb.bindings.models.is_configured("planning", context):
+        # auto without a model never escalates: the figures would be minimal's, under auto's name
+        raise EvalConfigurationError(
+            f"configuration {configuration.name} needs a chat model: reasoning_effort 'auto' "
+            f"escalates only with a planning model and none is configured, so it would measure "
+            f"the model-free tier under auto's name: set {MODEL_ENV_VAR} (e.g. "
+            "openai:gpt-4.1-mini), or measure minimal"
+        )
     probe = parse_request(
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "probe"}]}]}
     )
     try:
-        check_request(probe, configuration.context(kb.defaults), kb.bindings)
+        check_request(probe, context, kb.bindings)
     except InvalidRequestError as exc:
         raise EvalConfigurationError(
             f"configuration {configuration.name} needs a chat model: {exc}"
