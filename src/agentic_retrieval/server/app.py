@@ -56,7 +56,7 @@ def create_app(
             (served as they are; read-only over REST).
         settings: Keys and limits (default: :class:`ServerSettings` defaults, keys from the
             environment).
-        mcp: Also serve each of ``knowledge_bases`` as an MCP server at
+        mcp: Also serve each knowledge base (a service's too) as an MCP server at
             ``/knowledgebases/{name}/mcp``.
         service: A data directory: indexes, knowledge sources and knowledge bases created,
             changed and deleted over the management REST API (``serve --data DIR``).
@@ -70,7 +70,9 @@ def create_app(
     registry = KnowledgeBaseRegistry(fixed, catalog)
     keys = settings.keys()
     policy = settings.access_policy()
-    mounts = _mcp_mounts(fixed, keys, policy, settings.host) if mcp and fixed else None
+    # every knowledge base, a service's included (its MCP server starts on first use)
+    serves_mcp = mcp and (bool(fixed) or catalog is not None)
+    mounts = _mcp_mounts(registry, keys, policy, settings.host) if serves_mcp else None
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -198,7 +200,7 @@ def _registry(knowledge_bases: KnowledgeBases) -> dict[str, KnowledgeBase]:
 
 
 def _mcp_mounts(
-    registry: dict[str, KnowledgeBase], keys: ApiKeys, policy: AccessPolicy, host: str
+    registry: Mapping[str, KnowledgeBase], keys: ApiKeys, policy: AccessPolicy, host: str
 ) -> Any:
     from agentic_retrieval.server.mcp import McpMounts
 

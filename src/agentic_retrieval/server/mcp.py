@@ -14,11 +14,12 @@ event as a progress notification. Over HTTP a tool call's answer is therefore an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context as McpContext
@@ -86,12 +87,20 @@ IDENTITY_SCOPE_KEY = "agentic_retrieval.identity"
 """Where :class:`McpMounts` leaves the validated identity in the ASGI scope for the tool."""
 
 
-def build_mcp_server(kb: KnowledgeBase, *, defaults: Context | None = None) -> MCPServer:
+def build_mcp_server(
+    kb: KnowledgeBase,
+    *,
+    defaults: Context | None = None,
+    resolve: Callable[[], tuple[KnowledgeBase, Context | None]] | None = None,
+) -> MCPServer:
     """An MCP server for ``kb`` with the single tool ``knowledge_base_retrieve``.
 
     Args:
-        kb: The knowledge base.
+        kb: The knowledge base (its name, description and sources describe the tool).
         defaults: Run settings for every call (default: the knowledge base's).
+        resolve: For a knowledge base that may change while the server runs (a service's):
+            called on every tool call for the current knowledge base and run settings
+            (raising ``KeyError`` once it is deleted) instead of ``kb`` and ``defaults``.
     """
     sources = ", ".join(f"{n} ({s.description or s.kind})" for n, s in kb.sources.items())
     with _no_root_logging_config():
@@ -139,8 +148,12 @@ def build_mcp_server(kb: KnowledgeBase, *, defaults: Context | None = None) -> M
         ] = None,
         ctx: McpContext | None = None,
     ) -> RetrieveToolResult:
+        try:
+            current, run_defaults = resolve() if resolve is not None else (kb, defaults)
+        except KeyError:
+            raise ToolError(f"the knowledge base '{kb.name}' no longer exists") from None
         request = tool_request(
-            kb,
+            current,
             query,
             messages,
             effort,
@@ -150,7 +163,7 @@ def build_mcp_server(kb: KnowledgeBase, *, defaults: Context | None = None) -> M
             exclude=exclude_sources or (),
         )
         try:
-            final = await _run(kb, request, _caller(ctx), defaults, ctx)
+            final = await _run(current, request, _caller(ctx), run_defaults, ctx)
         except ModelRequiredError as exc:
             raise ToolError(model_required_message(exc)) from exc
         except (InvalidRequestError, IdentityRequiredError) as exc:
@@ -297,33 +310,63 @@ class McpMounts:
         policy: AccessPolicy | None = None,
         host: str,
     ) -> None:
+        self.registry = registry
         self.policy = policy or AccessPolicy()
-        self.servers = {
-            name: build_mcp_server(kb, defaults=self.policy.run_defaults(name, kb.defaults))
-            for name, kb in registry.items()
-        }
         self.keys = keys
         self.host = host
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lock = asyncio.Lock()
+        self._stop: asyncio.Event | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Run every KB's session manager (enter this in the app's lifespan)."""
-        async with AsyncExitStack() as stack:
-            managers = {}
-            for name, server in self.servers.items():
-                server.streamable_http_app(
-                    stateless_http=True,
-                    json_response=False,  # an SSE answer: progress notifications reach it
-                    transport_security=_transport_security(self.host),
-                )
-                await stack.enter_async_context(server.session_manager.run())
-                managers[name] = server.session_manager
-            self._managers = managers
-            try:
-                yield
-            finally:
-                self._managers = {}
+        """Serve MCP while this is entered (the app's lifespan); stop every server after.
+
+        A knowledge base's MCP server starts on its first request, so a knowledge base a
+        service creates while the server runs (``serve --data``) is served too; each tool
+        call then retrieves from the knowledge base as it is at that moment.
+        """
+        self._stop = asyncio.Event()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks, self._managers, self._stop = [], {}, None
+
+    def _current(self, name: str) -> tuple[KnowledgeBase, Context | None]:
+        """The knowledge base ``name`` now and its run settings (``KeyError``: deleted)."""
+        kb = self.registry[name]
+        return kb, self.policy.run_defaults(name, kb.defaults)
+
+    async def _manager(self, name: str) -> StreamableHTTPSessionManager | None:
+        """The session manager of ``name``'s MCP server, started on first use."""
+        try:
+            kb = self.registry[name]
+        except KeyError:
+            return None
+        async with self._lock:
+            manager = self._managers.get(name)
+            if manager is not None or self._stop is None:
+                return manager
+            server = build_mcp_server(kb, resolve=lambda: self._current(name))
+            server.streamable_http_app(
+                stateless_http=True,
+                json_response=False,  # an SSE answer: progress notifications reach it
+                transport_security=_transport_security(self.host),
+            )
+            manager = server.session_manager
+            ready = asyncio.Event()
+            task = asyncio.create_task(_serve(manager, ready, self._stop))
+            waiting = asyncio.create_task(ready.wait())
+            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            if task.done():  # it could not start: say so as a server error
+                task.result()
+            self._tasks.append(task)
+            self._managers[name] = manager
+            return manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate, find the KB's session manager, and hand the request to it.
@@ -353,7 +396,7 @@ class McpMounts:
         except ApiError as refused:
             await _send(send, refused)
             return
-        manager = self._managers.get(name)
+        manager = await self._manager(name)
         if manager is None:
             missing = ApiError(
                 404, f"No knowledge base named '{name}' exists.", code="KnowledgeBaseNotFound"
@@ -362,6 +405,15 @@ class McpMounts:
             return
         # a fresh scope per request: the identity cannot leak into another request
         await manager.handle_request({**scope, IDENTITY_SCOPE_KEY: identity}, receive, send)
+
+
+async def _serve(
+    manager: StreamableHTTPSessionManager, ready: asyncio.Event, stop: asyncio.Event
+) -> None:
+    """Run ``manager`` (its task group serves the requests) until ``stop`` is set."""
+    async with manager.run():
+        ready.set()
+        await stop.wait()
 
 
 def run_stdio(kb: KnowledgeBase) -> None:
