@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -173,3 +174,30 @@ def corpus_questions() -> list[str]:
     from agentic_retrieval.kb.loader import sample_questions
 
     return [item["question"] for item in sample_questions()]
+
+
+def parse_sse(text: str) -> list[tuple[str, Any]]:
+    """The ``(event, data)`` pairs of a server-sent event stream's body."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+GUIDES_INDEX = {
+    "name": "guides",
+    "fields": [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "title", "type": "Edm.String"},
+        {"name": "content", "type": "Edm.String"},
+    ],
+}
+"""A service index definition for the management and MCP tests."""
+
+GUIDES = [
+    {"id": "pass", "title": "Harbor Pass", "content": "The Harbor Pass costs 78 dollars a month."},
+    {"id": "day", "title": "Day pass", "content": "A harbor day pass costs 6 dollars."},
+    {"id": "bike", "title": "Bikes", "content": "Bikes cost 1 dollar to unlock."},
+]
+"""The documents of :data:`GUIDES_INDEX`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from tests.server_harness import running_server
+from tests.server_harness import GUIDES, GUIDES_INDEX, running_server
 
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
@@ -14,18 +14,6 @@ pytest.importorskip("mcp")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 KEY = "service-mcp-key"
-INDEX = {
-    "name": "guides",
-    "fields": [
-        {"name": "id", "type": "Edm.String", "key": True},
-        {"name": "title", "type": "Edm.String"},
-        {"name": "content", "type": "Edm.String"},
-    ],
-}
-GUIDES = [
-    {"id": "pass", "title": "Harbor Pass", "content": "The Harbor Pass costs 78 dollars a month."},
-    {"id": "day", "title": "Day pass", "content": "A harbor day pass costs 6 dollars."},
-]
 SOURCE = {
     "name": "guides-ks",
     "kind": "searchIndex",
@@ -65,7 +53,7 @@ async def test_a_knowledge_base_created_while_serving_is_an_mcp_server(tmp_path)
         mcp_url = f"{base}/knowledgebases/late/mcp"
         before = http.post("/knowledgebases/late/mcp", json={})
         assert before.status_code == 404  # no such knowledge base yet
-        assert http.put("/indexes('guides')", json=INDEX).status_code == 201
+        assert http.put("/indexes('guides')", json=GUIDES_INDEX).status_code == 201
         batch = {"value": [{"@search.action": "upload", **doc} for doc in GUIDES]}
         assert http.post("/indexes('guides')/docs/search.index", json=batch).status_code == 200
         assert http.put("/knowledgesources('guides-ks')", json=SOURCE).status_code == 201

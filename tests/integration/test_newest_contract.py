@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 from tests.fakes import FailingSource
-from tests.server_harness import running_server, transit_kb
+from tests.server_harness import GUIDES, GUIDES_INDEX, running_server, transit_kb
 
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
@@ -21,19 +21,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 KEY = "newest-key"
 PREVIEW = "2026-08-01-preview"
 PLAN = {"needs_retrieval": True, "queries": [{"query": "harbor pass price"}]}
-INDEX = {
-    "name": "guides",
-    "fields": [
-        {"name": "id", "type": "Edm.String", "key": True},
-        {"name": "title", "type": "Edm.String"},
-        {"name": "content", "type": "Edm.String"},
-    ],
-}
-GUIDES = [
-    {"id": "pass", "title": "Harbor Pass", "content": "The Harbor Pass costs 78 dollars a month."},
-    {"id": "day", "title": "Day pass", "content": "A harbor day pass costs 6 dollars."},
-    {"id": "bike", "title": "Bikes", "content": "Bikes cost 1 dollar to unlock."},
-]
 BROKEN = FailingSource("broken", SourceError("ServiceUnavailable", "the index is unreachable"))
 
 
@@ -59,7 +46,7 @@ def client(base_url: str, version: str = PREVIEW) -> httpx.Client:
 
 
 def define_service(http: httpx.Client) -> None:
-    assert http.put("/indexes('guides')", json=INDEX).status_code == 201
+    assert http.put("/indexes('guides')", json=GUIDES_INDEX).status_code == 201
     batch = {"value": [{"@search.action": "upload", **doc} for doc in GUIDES]}
     assert http.post("/indexes('guides')/docs/search.index", json=batch).status_code == 200
     for name, processing in (("guides-ks", None), ("raw-ks", "none")):

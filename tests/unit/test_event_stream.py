@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from langchain_core.messages import AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk
 from tests.fakes import FailingSource
+from tests.server_harness import parse_sse
 
 from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
 from agentic_retrieval.server import ServerSettings, create_app
@@ -106,14 +107,6 @@ def knowledge_base(*, model: ScriptedChatModel | None = None, extra=()) -> Knowl
         name="base-preview-test",
         chat_model=chat,
     )
-
-
-def parse_sse(text: str) -> list[tuple[str, Any]]:
-    events = []
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        events.append((lines["event"], json.loads(lines["data"])))
-    return events
 
 
 def stream(kb: KnowledgeBase, body: dict, headers: dict | None = None):

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from tests.fakes import SlowSource, unreachable_index
-from tests.server_harness import intents_body, transit_kb
+from tests.server_harness import intents_body, parse_sse, transit_kb
 
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.testing import ScriptedChatModel
@@ -282,14 +282,6 @@ def test_unknown_route_and_method_use_the_error_shape():
 
 
 # --- streaming -------------------------------------------------------------------------------
-
-
-def parse_sse(text: str) -> list[tuple[str, dict]]:
-    events = []
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.splitlines())
-        events.append((lines["event"], json.loads(lines["data"])))
-    return events
 
 
 def test_event_stream_sends_azure_events_then_the_response():
