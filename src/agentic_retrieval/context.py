@@ -407,20 +407,40 @@ def _check_placeholders(name: str, prompt: str, values: dict[str, Any]) -> None:
         ) from exc
 
 
+DEFAULTS_KEY = "agentic_retrieval_defaults"
+"""``config["configurable"]`` key of the settings a graph applies where a run's context is
+silent: a knowledge-base directory's, for the graph Studio serves (see :func:`settings_of`)."""
+
+
+def settings_of(context: Context) -> dict[str, Any]:
+    """The fields of ``context`` that differ from :class:`Context`'s defaults, by name.
+
+    What :data:`DEFAULTS_KEY` holds (``graph.with_config(configurable={DEFAULTS_KEY:
+    settings_of(kb.defaults)})``): plain values, never the caller identity.
+    """
+    plain = Context()
+    return {
+        spec.name: getattr(context, spec.name)
+        for spec in fields(Context)
+        if spec.name != "identity" and getattr(context, spec.name) != getattr(plain, spec.name)
+    }
+
+
 def current_context(runtime: Runtime[Context] | None) -> Context:
     """The run's Context: ``context=`` when given, else ``config["configurable"]``.
 
     Both ways of configuring a LangGraph run work: ``graph.invoke(x, context=Context(...))``
     and ``graph.invoke(x, {"configurable": {"reasoning_effort": "minimal"}})`` (what older
-    clients and some Studio set-ups send).
+    clients and some Studio set-ups send). A context given as a dict (Studio's configuration
+    panel) or as ``configurable`` fills in over the graph's own defaults
+    (``configurable[DEFAULTS_KEY]``), so a knowledge base's settings apply where it is silent.
     """
     context = runtime.context if runtime is not None else None
     if isinstance(context, Context):
         return context
-    if isinstance(context, Mapping):
-        return Context.from_mapping(dict(context))
     try:
         configurable = get_config().get("configurable") or {}
     except RuntimeError:  # called outside a run
         configurable = {}
-    return Context.from_mapping(dict(configurable))
+    given = dict(context) if isinstance(context, Mapping) else dict(configurable)
+    return Context.from_mapping({**(configurable.get(DEFAULTS_KEY) or {}), **given})

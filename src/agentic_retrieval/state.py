@@ -603,7 +603,7 @@ def run_reset() -> dict[str, Any]:
 
 
 def described(schema: type) -> type[Any]:
-    """``schema`` (:class:`InputState` or :class:`OutputState`) as a described TypedDict.
+    """``schema`` (input, output or :class:`Context`) as a described TypedDict.
 
     The graph publishes this as its input/output JSON schema: what LangGraph Studio's input
     form and the server's ``/assistants/{id}/schemas`` show. LangGraph derives that schema
@@ -615,7 +615,10 @@ def described(schema: type) -> type[Any]:
     hints = get_type_hints(schema, include_extras=True)
     items: dict[str, Any] = {}
     for spec in fields(schema):
-        info = Field(default=_default_factory(spec)(), description=spec.metadata["description"])
+        bounds = {k: spec.metadata[k] for k in ("ge", "le") if k in spec.metadata}
+        info = Field(
+            default=_default_factory(spec)(), description=spec.metadata["description"], **bounds
+        )
         hint = hints[spec.name]
         if get_origin(hint) is Annotated:
             base, *extras = get_args(hint)

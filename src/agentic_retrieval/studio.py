@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agentic_retrieval.context import DEFAULTS_KEY, settings_of
 from agentic_retrieval.errors import AgenticRetrievalError, KnowledgeBaseDirectoryError
 from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.kb.loader import (
@@ -33,6 +34,7 @@ from agentic_retrieval.kb.loader import (
     open_knowledge_base,
     sample_corpus_dir,
 )
+from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 
 logger = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ def make_graph() -> Any:
     if configured:
         path = Path(configured).expanduser().resolve()  # against the user's directory
         try:
-            return open_knowledge_base(path).graph
+            return with_settings(open_knowledge_base(path))
         except KnowledgeBaseDirectoryError as exc:
             raise KnowledgeBaseDirectoryError(
                 f"{KB_ENV_VAR}={configured}: {exc} (a relative path is relative to the "
@@ -62,7 +64,17 @@ def make_graph() -> Any:
     except OSError as exc:
         logger.warning("cannot cache the sample knowledge base (%s); using memory", exc)
         return build_graph(_in_memory_sample_sources())
-    return open_knowledge_base(directory.path, embeddings=False).graph
+    return with_settings(open_knowledge_base(directory.path, embeddings=False))
+
+
+def with_settings(kb: KnowledgeBase) -> Any:
+    """``kb``'s graph, applying the knowledge base's settings where a run is silent.
+
+    Studio sends its configuration panel as the run's context; the directory's settings
+    (instructions, retrieve defaults, reranker threshold...) fill in what it leaves unset,
+    as they do for the CLI and the server.
+    """
+    return kb.graph.with_config(configurable={DEFAULTS_KEY: settings_of(kb.defaults)})
 
 
 def _in_memory_sample_sources() -> list[InMemoryKnowledgeSource]:

@@ -46,6 +46,7 @@ def small_kb(root: Path) -> Path:
     staff.mkdir()
     (staff / "payroll.md").write_text("# Payroll\n\nFerry crews are paid on the 25th.\n")
     directory.index("guides", [staff], permissions=Permissions(group_ids=("payroll",)))
+    directory.update_settings(retrieve_defaults={"maxOutputDocuments": 1})
     directory.close()
     return root / "kb"
 
@@ -230,3 +231,24 @@ async def test_the_graph_schema_exposes_the_context(dev_server):
     assert (subqueries["type"], subqueries["minimum"], subqueries["maximum"]) == ("integer", 1, 10)
     runtime = context["properties"]["max_runtime_seconds"]
     assert (runtime["type"], runtime["minimum"], runtime["maximum"]) == ("number", 0.001, 300)
+
+
+async def test_the_knowledge_base_directorys_settings_apply_where_the_panel_is_silent(dev_server):
+    """The directory's retrieveDefaults (maxOutputDocuments 1) apply in Studio as they do in
+    the CLI and the server; what the configuration panel sets wins."""
+    from langgraph_sdk import get_client
+
+    client = get_client(url=dev_server)
+    both = {"intents": ["Gull Island ferry", "park and ride dollars"]}
+    panel = {"reasoning_effort": "minimal", "reranker_threshold": 0}
+    capped = await client.runs.wait(None, "agentic_retrieval", input=both, context=panel)
+    assert len(capped["references"]) == 1
+    warnings = [r.get("warning", "") for r in capped["activity"] if r["type"] == "searchIndex"]
+    assert any("exceeded maxOutputDocuments" in w for w in warnings)
+    wider = await client.runs.wait(
+        None, "agentic_retrieval", input=both, context={**panel, "max_output_documents": 5}
+    )
+    assert sorted(r["docKey"] for r in wider["references"]) == [
+        "docs-ferries-md-0",
+        "docs-parking-md-0",
+    ]

@@ -119,3 +119,29 @@ def test_studio_schema_shows_every_bound():
     assert [b.get("enum") for b in effort["anyOf"]] == [["minimal", "low", "medium", "auto"], None]
     # the keys only the checks use stay out of the schema
     assert "expects" not in str(properties) and "placeholders" not in str(properties)
+
+
+def test_a_graphs_own_defaults_fill_in_what_a_dict_context_leaves_unset():
+    """Studio sends its configuration panel as a dict: the knowledge base's settings (here
+    top_n 1) apply where it is silent, and what it sets wins."""
+    from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
+    from agentic_retrieval.context import DEFAULTS_KEY, settings_of
+
+    docs = [
+        {"key": "a", "content": "tram fares and passes"},
+        {"key": "b", "content": "tram passes for students"},
+    ]
+    kb = KnowledgeBase(
+        [InMemoryKnowledgeSource("docs", docs)],
+        defaults=Context(top_n=1, reranker_threshold=None),
+    )
+    assert settings_of(kb.defaults) == {"top_n": 1, "reranker_threshold": None}
+    graph = kb.graph.with_config(configurable={DEFAULTS_KEY: settings_of(kb.defaults)})
+    state = {"intents": ["tram passes"]}
+    silent = graph.invoke(state, context={"reasoning_effort": "minimal"})
+    assert len(silent["references"]) == 1
+    assert len(graph.invoke(state)["references"]) == 1  # no context at all: the same
+    wider = graph.invoke(state, context={"reasoning_effort": "minimal", "top_n": 5})
+    assert len(wider["references"]) == 2
+    # a graph without defaults is unchanged: Context's own
+    assert len(kb.graph.invoke(state, context={"reranker_threshold": None})["references"]) == 2

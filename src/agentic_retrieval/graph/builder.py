@@ -99,7 +99,9 @@ def compile_graph(
         RetrievalState,
         input_schema=described(InputState),  # Studio's input form shows field descriptions
         output_schema=described(OutputState),
-        context_schema=Context,
+        # a TypedDict, not the dataclass: LangGraph would build a Context from a dict context
+        # itself, and current_context could no longer fill in what it leaves unset
+        context_schema=described(Context),
     )
     builder.add_node("route_and_plan", with_sync_twin(make_route_and_plan(bindings)))
     builder.add_node("judge_question", with_sync_twin(judge_question))
