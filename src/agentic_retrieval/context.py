@@ -442,5 +442,11 @@ def current_context(runtime: Runtime[Context] | None) -> Context:
         configurable = get_config().get("configurable") or {}
     except RuntimeError:  # called outside a run
         configurable = {}
-    given = dict(context) if isinstance(context, Mapping) else dict(configurable)
+    if isinstance(context, Mapping):
+        given = dict(context)
+        unknown = sorted(set(given) - {spec.name for spec in fields(Context)})
+        if unknown:  # a typo in a context must not pass for "unset" (configurable may hold more)
+            raise ValueError(f"unknown context field(s): {', '.join(map(str, unknown))}")
+    else:
+        given = dict(configurable)
     return Context.from_mapping({**(configurable.get(DEFAULTS_KEY) or {}), **given})

@@ -145,3 +145,18 @@ def test_a_graphs_own_defaults_fill_in_what_a_dict_context_leaves_unset():
     assert len(wider["references"]) == 2
     # a graph without defaults is unchanged: Context's own
     assert len(kb.graph.invoke(state, context={"reranker_threshold": None})["references"]) == 2
+
+
+def test_a_dict_context_with_an_unknown_field_is_an_error_not_ignored():
+    from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
+
+    docs = [{"key": "a", "content": "tram fares"}, {"key": "b", "content": "tram passes"}]
+    graph = KnowledgeBase([InMemoryKnowledgeSource("docs", docs)]).graph
+    with pytest.raises(ValueError, match="unknown context field"):
+        graph.invoke({"intents": ["tram"]}, context={"reasoning_efort": "minimal"})
+    # configurable carries LangGraph's own keys too: only known fields are read from it
+    loose = {"thread_id": "t", "reranker_threshold": None}
+    out = graph.invoke({"intents": ["tram"]}, {"configurable": loose})
+    assert len(out["references"]) == 2
+    out = graph.invoke({"intents": ["tram"]}, {"configurable": {**loose, "top_n": 1}})
+    assert len(out["references"]) == 1
