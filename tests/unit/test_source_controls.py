@@ -278,3 +278,22 @@ def test_the_server_answers_the_same_exclusion_400():
         )
     assert answer.status_code == 400
     assert "neverQuerySource excludes every knowledge source" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("allowed", "params", "message"),
+    [
+        (
+            ["a"],
+            [{"knowledgeSourceName": "b"}],
+            "the request names b, but this run may query only a",
+        ),
+        (["zzz"], [], "this run may query none of this knowledge base's sources"),
+    ],
+)
+def test_a_request_left_with_no_source_to_query_is_a_400_not_an_empty_200(allowed, params, message):
+    """Naming only sources the run may not query (Context.knowledge_sources) would search
+    nothing and answer 200 with no references."""
+    with pytest.raises(InvalidRequestError, match="no knowledge source left to query") as info:
+        kb(defaults=Context(knowledge_sources=allowed)).retrieve(request(*params))
+    assert message in str(info.value)

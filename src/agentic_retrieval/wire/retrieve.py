@@ -158,11 +158,23 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
         if p.never_query_source
     ]
     by_name = {p.knowledge_source_name: p for p in request.knowledge_source_params or []}
-    if excluded and not allowed_sources(bindings, context, by_name):
-        # the sources this run may query (Context.knowledge_sources restricts the bound ones)
+    # the sources this run may query (Context.knowledge_sources restricts the bound ones):
+    # none left would be a 200 that searched nothing
+    if sources and not allowed_sources(bindings, context, by_name):
+        if excluded:
+            raise InvalidRequestError(
+                "knowledgeSourceParams: neverQuerySource excludes every knowledge source this "
+                f"request may query ({', '.join(excluded)}); leave at least one to query"
+            )
+        permitted = [n for n in sources if n in (context.knowledge_sources or [])]
+        named = [p.knowledge_source_name for p in request.knowledge_source_params or []]
+        asked = f"the request names {', '.join(named)}, but " if named else ""
+        may = (
+            f"only {', '.join(permitted)}" if permitted else "none of this knowledge base's sources"
+        )
         raise InvalidRequestError(
-            "knowledgeSourceParams: neverQuerySource excludes every knowledge source this "
-            f"request may query ({', '.join(excluded)}); leave at least one to query"
+            f"knowledgeSourceParams: no knowledge source left to query: {asked}this run may "
+            f"query {may} (Context.knowledge_sources)"
         )
     for setting, value, role in _model_needs(request, context, bindings):
         try:
