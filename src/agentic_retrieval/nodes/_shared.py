@@ -25,6 +25,7 @@ from agentic_retrieval.state import (
     SearchTask,
     Subquery,
 )
+from agentic_retrieval.wire.events import ACTIVITY_COMPLETED, ACTIVITY_STARTED
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 from agentic_retrieval.wire.render import record_type, render_entry, timestamp
 
@@ -114,7 +115,7 @@ def step_started(
     """
     wall = step_clock()
     event: dict[str, Any] = {
-        "event": "activity.started",
+        "event": ACTIVITY_STARTED,
         "key": key,
         "type": record_type(kind, source_kind),
         "startedAt": timestamp(wall),
@@ -127,7 +128,7 @@ def step_started(
 
 def step_completed(writer: StreamWriter, record: Activity) -> None:
     """Report a finished step on the custom stream (``activity.completed``, wire shape)."""
-    writer({"event": "activity.completed", "key": record.key, "record": render_entry(record)})
+    writer({"event": ACTIVITY_COMPLETED, "key": record.key, "record": render_entry(record)})
 
 
 def elapsed_ms(started: float) -> int:
