@@ -32,10 +32,10 @@ from agentic_retrieval.permissions import Identity
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.state import choose_effort
 from agentic_retrieval.wire.events import RetrieveEvent, RetrieveEvents, extensions_from
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 from agentic_retrieval.wire.retrieve import (
+    effort_choice,
     graph_input,
     prepare,
     timed_out_response,
@@ -209,10 +209,12 @@ class KnowledgeBase:
             IdentityRequiredError: The knowledge base requires an identity and none was given.
         """
         parsed, context = self._prepare(request, identity, defaults)
+        choice = effort_choice(parsed, context, self.bindings)
         events = RetrieveEvents(
             knowledge_base=self.name,
             output_mode=context.output_mode,
-            reasoning_effort=self._effort(parsed, context),
+            # the effort asked for (auto stays auto), else the tier an unset effort starts at
+            reasoning_effort=choice.requested or choice.effort,
             include_activity=parsed.include_activity is not False,
             extensions=extensions_from(extensions),
             request_id=request_id or str(uuid.uuid4()),
@@ -259,15 +261,6 @@ class KnowledgeBase:
             return
         for event in events.finished(response):
             yield event
-
-    def _effort(self, request: RetrieveRequest, context: Context) -> str:
-        """The effort a run of ``request`` starts with, as the graph decides it."""
-        choice = choose_effort(
-            context.reasoning_effort,
-            has_intents=bool(request.intents),
-            can_plan=self.bindings.models.is_configured("planning", context),
-        )
-        return choice.requested or choice.effort
 
     def as_retriever(self, **kwargs: Any) -> KnowledgeBaseRetriever:
         """A LangChain ``BaseRetriever`` over this knowledge base.

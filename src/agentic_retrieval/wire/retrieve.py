@@ -40,7 +40,7 @@ from agentic_retrieval.odata import (
     parse_filter,
 )
 from agentic_retrieval.sources.base import KnowledgeSource, TypedFilterableKnowledgeSource
-from agentic_retrieval.state import InputState, choose_effort, planner_for
+from agentic_retrieval.state import EffortChoice, InputState, choose_effort, planner_for
 from agentic_retrieval.wire.models import (
     ActivityRecord,
     MessageContent,
@@ -213,11 +213,7 @@ def _model_needs(
     ``auto`` with a planning model may escalate to assessment, so it needs both models.
     """
     has_intents = bool(request.intents)
-    choice = choose_effort(
-        context.reasoning_effort,
-        has_intents=has_intents,
-        can_plan=bindings.models.is_configured("planning", context),
-    )
+    choice = effort_choice(request, context, bindings)
     needs: list[tuple[str, str, Role]] = []
     if planner_for(has_intents, choice.effort) == "model":
         needs.append(("effort", choice.effort, "planning"))
@@ -279,6 +275,15 @@ def conversation_request(
             for name in names
         ]
     return request
+
+
+def effort_choice(request: RetrieveRequest, context: Context, bindings: Bindings) -> EffortChoice:
+    """The effort a run of ``request`` starts at, decided as the graph decides it."""
+    return choose_effort(
+        context.reasoning_effort,
+        has_intents=bool(request.intents),
+        can_plan=bindings.models.is_configured("planning", context),
+    )
 
 
 def graph_input(request: RetrieveRequest) -> InputState:
