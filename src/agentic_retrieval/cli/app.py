@@ -43,7 +43,12 @@ from agentic_retrieval.sources.local import IndexProgress, IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
-from agentic_retrieval.wire.events import ERROR, PROGRESS, RESPONSE_COMPLETED
+from agentic_retrieval.wire.events import (
+    ERROR,
+    PROGRESS,
+    RESPONSE_COMPLETED,
+    completed_response,
+)
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS, RetrieveResponse
 from agentic_retrieval.wire.retrieve import (
     conversation_request,
@@ -761,10 +766,7 @@ def run_retrieve(
             if name == PROGRESS:
                 on_event({"event": data["step"], **data})
             elif name == RESPONSE_COMPLETED:
-                response = RetrieveResponse.model_validate(data["response"])
-                # the wire shape has no status: carry the event's, so 206 is not read as 200
-                response._partial = data["statusCode"] == 206
-                return response
+                return completed_response(data)
             elif name == ERROR:
                 error = data["error"]
                 if error["code"] == "KnowledgeSourceFailed":

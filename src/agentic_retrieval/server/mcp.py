@@ -41,8 +41,13 @@ from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
-from agentic_retrieval.wire.events import ERROR, RESPONSE_COMPLETED, RetrieveEvent
-from agentic_retrieval.wire.models import ActivityRecord, RetrieveResponse
+from agentic_retrieval.wire.events import (
+    ERROR,
+    RESPONSE_COMPLETED,
+    RetrieveEvent,
+    completed_response,
+)
+from agentic_retrieval.wire.models import ActivityRecord
 from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings
 
 logger = logging.getLogger(__name__)
@@ -176,8 +181,7 @@ def build_mcp_server(
             ) from None
         if final["event"] == ERROR:  # failOnError, or maxRuntimeInSeconds with nothing ready
             raise ToolError(final["data"]["error"]["message"])
-        response = RetrieveResponse.model_validate(final["data"]["response"])
-        response._partial = final["data"]["statusCode"] == 206
+        response = completed_response(final["data"])
         return RetrieveToolResult(
             response=response.text,
             references=[ref.to_wire() for ref in response.references],

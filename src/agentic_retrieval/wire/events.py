@@ -242,5 +242,16 @@ class _AnswerDeltas:
         return answer if isinstance(answer, str) else None
 
 
+def completed_response(data: Mapping[str, Any]) -> RetrieveResponse:
+    """The response a ``response.completed`` event carries, keeping its 206.
+
+    The wire shape has no status: the event's ``statusCode`` is carried over so that a
+    partial response is not read as a 200.
+    """
+    response = RetrieveResponse.model_validate(data["response"])
+    response._partial = data["statusCode"] == 206
+    return response
+
+
 def _event(name: str, data: Any) -> RetrieveEvent:
     return {"event": name, "data": data}
