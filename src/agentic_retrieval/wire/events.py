@@ -26,7 +26,6 @@ arrive.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -89,17 +88,17 @@ class RetrieveEvents:
         knowledge_base: The knowledge base's name.
         output_mode: The run's effective output mode.
         reasoning_effort: The run's effective effort (``auto`` stays ``auto``).
+        request_id: The id ``retrieval.started`` reports.
         include_activity: ``False``: no ``activity.*`` events (as no ``activity`` array).
         extensions: Extension events to send (see :data:`EXTENSIONS`).
-        request_id: The id ``retrieval.started`` reports (default: a new UUID).
     """
 
     knowledge_base: str
     output_mode: str
     reasoning_effort: str
+    request_id: str
     include_activity: bool = True
     extensions: frozenset[str] = frozenset()
-    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     ids: dict[str, int] = field(default_factory=dict)
     """Activity ids by record key, in the order the steps started."""
     activity: list[dict[str, Any]] = field(default_factory=list)
