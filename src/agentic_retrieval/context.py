@@ -334,10 +334,22 @@ class Context:
             )
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any] | None) -> Context:
-        """Build a Context from a dict, ignoring keys that are not fields."""
+    def from_mapping(cls, values: dict[str, Any] | None, *, strict: bool = False) -> Context:
+        """Build a Context from a dict, ignoring keys that are not fields.
+
+        Args:
+            values: Field values by name.
+            strict: Refuse keys that are not fields instead (a typo must not pass for unset).
+
+        Raises:
+            ValueError: ``strict`` and a key that is not a field, or a value out of bounds.
+        """
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (values or {}).items() if k in names})
+        given = values or {}
+        unknown = sorted(str(k) for k in given if k not in names) if strict else []
+        if unknown:
+            raise ValueError(f"unknown context field(s): {', '.join(unknown)}")
+        return cls(**{k: v for k, v in given.items() if k in names})
 
 
 def _check_field(spec: Field[Any], value: Any) -> None:
@@ -442,11 +454,7 @@ def current_context(runtime: Runtime[Context] | None) -> Context:
         configurable = get_config().get("configurable") or {}
     except RuntimeError:  # called outside a run
         configurable = {}
-    if isinstance(context, Mapping):
-        given = dict(context)
-        unknown = sorted(set(given) - {spec.name for spec in fields(Context)})
-        if unknown:  # a typo in a context must not pass for "unset" (configurable may hold more)
-            raise ValueError(f"unknown context field(s): {', '.join(map(str, unknown))}")
-    else:
-        given = dict(configurable)
-    return Context.from_mapping({**(configurable.get(DEFAULTS_KEY) or {}), **given})
+    # a context names only fields; configurable also carries LangGraph's own keys
+    strict = isinstance(context, Mapping)
+    given = dict(context) if isinstance(context, Mapping) else dict(configurable)
+    return Context.from_mapping({**(configurable.get(DEFAULTS_KEY) or {}), **given}, strict=strict)
