@@ -74,3 +74,19 @@ def test_an_update_of_a_file_deleted_meanwhile_does_not_bring_it_back(store, mon
     with pytest.raises(files_module.ResourceNotFoundError):
         files.update(file_id, FileUpload("a.md", b"# A\n\nsecond", {}))
     assert files.all() == []
+
+
+async def test_a_file_chunk_is_keyed_by_its_file_name_not_its_id(store):
+    from agentic_retrieval.sources.base import SearchQuery
+    from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
+
+    files = SourceFiles(DocumentStore(store), max_file_bytes=10_000, max_files=100)
+    uploaded = files.upload(FileUpload("notes/ferry.md", b"# Ferry\n\nHourly to Gull Island.", {}))
+    file_id = uploaded.file["fileId"]
+    source = DocumentKnowledgeSource("docs", DocumentStore(store), kind="file")
+    (hit,) = await source.search(SearchQuery(text="ferry gull island", top=5))
+    assert hit.doc_key == "notes/ferry.md#0"
+    assert hit.metadata["file_id"] == file_id  # the API handle, as metadata
+    files.update(file_id, FileUpload("notes/boat.md", b"# Boat\n\nGull Island.", {}))
+    (renamed,) = await source.search(SearchQuery(text="gull island", top=5))
+    assert renamed.doc_key == "notes/boat.md#0"

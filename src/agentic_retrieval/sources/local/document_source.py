@@ -4,8 +4,9 @@
   document (its best chunk's text), keyed by the document key; its metadata (``sourceData``)
   are the document's ``sourceDataFields`` (default: every retrievable field but vectors).
 - ``kind="file"``: the chunks of the files uploaded to a ``file`` knowledge source. A hit is
-  one chunk (several passages of one long file may rank), keyed ``<fileId>#<n>``, with the
-  file name, title and page as metadata.
+  one chunk (several passages of one long file may rank), keyed ``<fileName>#<n>`` (file
+  names are unique within a source; the ``fileId`` is the management API's handle), with the
+  file name, file id, title and page as metadata.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from agentic_retrieval.sources.base import (
     SearchQuery,
     index_document_url,
 )
-from agentic_retrieval.sources.local.documents import DocumentHit, DocumentStore
+from agentic_retrieval.sources.local.documents import CHUNK_SEPARATOR, DocumentHit, DocumentStore
+from agentic_retrieval.sources.local.store import StoredHit
 
 
 class DocumentKnowledgeSource:
@@ -107,7 +109,7 @@ class DocumentKnowledgeSource:
         if self.kind == "searchIndex":
             key, metadata = hit.key, self._source_data(hit.key)
         else:
-            key, metadata = chunk.id, dict(chunk.metadata)
+            key, metadata = _file_chunk_key(chunk), dict(chunk.metadata)
         return Hit(
             doc_key=key,
             content=chunk.content,
@@ -120,3 +122,10 @@ class DocumentKnowledgeSource:
     def _source_data(self, key: str) -> dict[str, Any]:
         document = self.documents.get(key) or {}
         return {name: document[name] for name in self._source_fields if name in document}
+
+
+def _file_chunk_key(chunk: StoredHit) -> str:
+    """``<fileName>#<n>``: the key a reader recognises, instead of the stored ``<fileId>#<n>``."""
+    name = chunk.metadata.get("file_name")
+    _, _, number = chunk.id.rpartition(CHUNK_SEPARATOR)
+    return f"{name}{CHUNK_SEPARATOR}{number}" if isinstance(name, str) and name else chunk.id
