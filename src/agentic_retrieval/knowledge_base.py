@@ -32,8 +32,14 @@ from agentic_retrieval.permissions import Identity
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.tool import KnowledgeBaseTool, knowledge_base_tool
 from agentic_retrieval.wire.events import RetrieveEvent, RetrieveEvents, extensions_from
-from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
+from agentic_retrieval.wire.models import (
+    OutputMode,
+    ReasoningEffortKind,
+    RetrieveRequest,
+    RetrieveResponse,
+)
 from agentic_retrieval.wire.retrieve import (
     effort_choice,
     graph_input,
@@ -98,8 +104,11 @@ class KnowledgeBase:
             reranker=reranker,
         )
         """The sources, chat models and reranker the graph is bound to."""
-        self.graph: RetrievalGraph = compile_graph(self.bindings)
-        """The compiled LangGraph graph every request runs."""
+        # checkpointer=False: a retrieve is one request, complete in itself; called from a
+        # node or tool of a checkpointed graph (an agent), it must not write its internal
+        # state into that graph's thread (types the agent's serializer does not know)
+        self.graph: RetrievalGraph = compile_graph(self.bindings, checkpointer=False)
+        """The compiled LangGraph graph every request runs (it never checkpoints)."""
 
     @property
     def sources(self) -> Mapping[str, KnowledgeSource]:
@@ -270,6 +279,61 @@ class KnowledgeBase:
                 ``filter``, ``knowledge_sources``).
         """
         return KnowledgeBaseRetriever(knowledge_base=self, **kwargs)
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        effort: ReasoningEffortKind | None = None,
+        output_mode: OutputMode | None = None,
+        identity: Identity | Mapping[str, Any] | None = None,
+        filter: str | None = None,
+        arguments: Collection[str] | None = None,
+        **defaults: Any,
+    ) -> KnowledgeBaseTool:
+        """A LangChain tool an agent calls to search this knowledge base.
+
+        The model fills ``query`` and, where this knowledge base supports them, ``filter``
+        (when a source names its filterable fields) and ``sources`` (when there are several
+        to choose from). The tool answers with ``content_and_artifact``: the passages with
+        their ``ref_id`` s (or the cited answer) for the model, the :class:`RetrieveResponse`
+        as the artifact. Settings are checked here, not at the first call.
+
+        Args:
+            name: The tool's name (default: ``search_<knowledge base name>``).
+            description: What the model reads (default: from the knowledge base's and its
+                sources' descriptions).
+            effort: ``minimal``, ``low``, ``medium`` or ``auto`` (default: the knowledge
+                base's: low with a chat model, minimal without).
+            output_mode: ``extractiveData`` (passages) or ``answerSynthesis`` (an answer).
+            identity: Who the agent acts for: every search returns only what it may see.
+                Bound here; never an argument the model fills.
+            filter: An OData filter every search applies; a model's ``filter`` can only
+                narrow it (the two are ANDed).
+            arguments: The optional arguments to offer the model (``filter``,
+                ``sources``; default: those this knowledge base supports).
+            **defaults: :class:`Context` fields for every call (``top_n=5``,
+                ``max_output_size=8000``, ``knowledge_sources=[...]`` to limit the sources
+                the tool may search...).
+
+        Raises:
+            IdentityRequiredError: The knowledge base requires an identity and none is given.
+            InvalidRequestError: A setting the knowledge base cannot run with (e.g. an
+                effort or output mode that needs a chat model there is none of).
+            TypeError: A default that is not a :class:`Context` field.
+        """
+        return knowledge_base_tool(
+            self,
+            name,
+            description,
+            effort=effort,
+            output_mode=output_mode,
+            identity=identity_of(identity),
+            filter=filter,
+            arguments=arguments,
+            defaults=defaults,
+        )
 
 
 def identity_of(identity: Identity | Mapping[str, Any] | None) -> Identity | None:

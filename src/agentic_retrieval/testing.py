@@ -11,6 +11,15 @@ tool parser), and reports token usage like a provider would::
 
 A script entry is a dict (the tool-call arguments), a string (plain text content: a model
 that ignored the schema), or an exception instance (raised, like a provider error).
+
+:class:`ScriptedToolCallingModel` drives agents offline: bound to tools
+(``bind_tools``, as ``langchain.agents.create_agent`` and LangGraph's ``ToolNode`` loops do),
+it replays planned turns, tool calls first and then a final answer::
+
+    model = ScriptedToolCallingModel(turns=[
+        {"tool_calls": [{"name": "search_hr", "args": {"query": "remote work days"}}]},
+        "You may work remotely 3 days a week [ref_id:0].",
+    ])
 """
 
 from __future__ import annotations
@@ -20,13 +29,13 @@ import math
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
@@ -126,6 +135,180 @@ class ScriptedChatModel(BaseChatModel):
             call = {"name": name, "args": dict(planned), "id": f"call_{self._counter[0]}"}
             message = AIMessage(content="", tool_calls=[call], usage_metadata=usage)
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+Turn = str | Mapping[str, Any] | AIMessage | BaseException | Callable[[list[BaseMessage]], Any]
+"""One planned model turn (see :class:`ScriptedToolCallingModel`)."""
+
+
+class ScriptedToolCallingModel(BaseChatModel):
+    """A tool-calling chat model that replays planned turns, for agents without an API key.
+
+    Each call takes the next turn:
+
+    - a string: the final answer (an ``AIMessage`` with that content, no tool calls);
+    - ``{"tool_calls": [{"name", "args"}, ...], "content"?: str}``: the tool calls to make
+      (ids ``call_1``, ``call_2``... in the order made);
+    - an ``AIMessage``: returned as it is;
+    - a callable: called with the messages the model received, its result read as a turn
+      (a final answer that quotes a tool's result, say);
+    - an exception instance: raised, like a provider error.
+
+    It behaves as a provider would with the tools it is bound to (``bind_tools``): a tool
+    call to a tool it was not given is an error, and so is a text answer, or a call to
+    another tool, while ``tool_choice`` forces a tool (``"any"``, ``"required"``, a tool name
+    or ``{"type": "function", "function": {"name": ...}}``), so a script that contradicts
+    how it is called fails loudly instead of passing. ``calls`` records every call: the
+    messages, the bound tool names and the ``tool_choice``.
+
+    Args:
+        turns: The planned turns, in order (shared by every copy ``bind_tools`` returns).
+        usage: Token usage reported per call.
+        model_name: The model name.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    turns: Any = Field(default_factory=list)
+    usage: dict[str, Any] = Field(
+        default_factory=lambda: {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
+    )
+    model_name: str = "scripted-agent"
+    bound_tools: list[str] | None = None
+    """The names of the tools this copy was bound to (``None``: unbound)."""
+    tool_choice: Any = None
+    """The ``tool_choice`` this copy was bound with."""
+    _state: _TurnQueue = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        """Share one queue of turns between this model and the copies it binds."""
+        self._state = self.turns if isinstance(self.turns, _TurnQueue) else _TurnQueue(self.turns)
+        self.turns = self._state
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-tool-calling"
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Every call made: ``{"messages", "tools", "tool_choice"}``, in order."""
+        return self._state.calls
+
+    @property
+    def remaining(self) -> int:
+        """How many planned turns are left."""
+        return len(self._state.queue)
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: Any = None,
+        **kwargs: Any,
+    ) -> Runnable[Any, AIMessage]:
+        """A copy bound to ``tools`` (by name), sharing this model's turns."""
+        names = [convert_to_openai_tool(tool)["function"]["name"] for tool in tools]
+        return self.model_copy(update={"bound_tools": names, "tool_choice": tool_choice})
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        turn = self._state.pop(messages, self.bound_tools, self.tool_choice)
+        message = self._message(turn, messages)
+        self._check(message)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _message(self, turn: Any, messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(turn, BaseException):
+            raise turn
+        if callable(turn) and not isinstance(turn, AIMessage):
+            return self._message(turn(messages), messages)
+        if isinstance(turn, AIMessage):
+            return turn
+        usage = dict(self.usage)
+        if isinstance(turn, str):
+            return AIMessage(content=turn, usage_metadata=usage)
+        if isinstance(turn, Mapping) and isinstance(turn.get("tool_calls"), list):
+            calls = [
+                ToolCall(
+                    name=str(call["name"]),
+                    args=dict(call.get("args") or {}),
+                    id=call.get("id") or self._state.next_call_id(),
+                    type="tool_call",
+                )
+                for call in turn["tool_calls"]
+            ]
+            return AIMessage(
+                content=str(turn.get("content") or ""),
+                tool_calls=calls,
+                usage_metadata=usage,
+            )
+        raise TypeError(
+            "a turn is a string, {'tool_calls': [...]}, an AIMessage, a callable or an "
+            f"exception; got {type(turn).__name__}"
+        )
+
+    def _check(self, message: AIMessage) -> None:
+        """Refuse a turn a provider could not return, called the way this copy is."""
+        names = [call["name"] for call in message.tool_calls]
+        if names and self.bound_tools is None:
+            raise ValueError(f"the script calls {names} but the model is bound to no tools")
+        unknown = [n for n in names if n not in (self.bound_tools or [])]
+        if unknown:
+            raise ValueError(f"the script calls {unknown}, not among the bound tools")
+        if names and self.tool_choice == "none":
+            raise ValueError(f"tool_choice='none' forbids tool calls, but the script calls {names}")
+        forced = _forced_tool(self.tool_choice)
+        if forced is None:
+            return
+        if not names:
+            raise ValueError(
+                f"tool_choice={self.tool_choice!r} forces a tool call, but the script's turn "
+                "is a text answer"
+            )
+        if forced is not True and any(n != forced for n in names):
+            raise ValueError(f"tool_choice forces {forced!r}, but the script calls {names}")
+
+
+class _TurnQueue:
+    """The planned turns and the calls made, shared by a model and its bound copies."""
+
+    def __init__(self, turns: Sequence[Turn]) -> None:
+        self.queue: deque[Turn] = deque(turns)
+        self.calls: list[dict[str, Any]] = []
+        self._ids = 0
+        self._lock = threading.Lock()
+
+    def pop(self, messages: list[BaseMessage], tools: list[str] | None, tool_choice: Any) -> Turn:
+        with self._lock:
+            self.calls.append({"messages": messages, "tools": tools, "tool_choice": tool_choice})
+            if not self.queue:
+                raise LookupError("ScriptedToolCallingModel has no planned turn left")
+            return self.queue.popleft()
+
+    def next_call_id(self) -> str:
+        with self._lock:
+            self._ids += 1
+            return f"call_{self._ids}"
+
+
+def _forced_tool(tool_choice: Any) -> str | bool | None:
+    """The tool ``tool_choice`` forces (``True``: any tool), or ``None`` when none is forced."""
+    if tool_choice in (None, "auto", "none", False):
+        return None
+    if tool_choice in ("any", "required", True):
+        return True
+    if isinstance(tool_choice, str):
+        return tool_choice
+    if isinstance(tool_choice, Mapping):
+        function = tool_choice.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else tool_choice.get("name")
+        return str(name) if name else True
+    return True
 
 
 class HashingEmbeddings(Embeddings):
