@@ -13,6 +13,7 @@ from pathlib import Path
 from langchain_core.embeddings import Embeddings
 
 from agentic_retrieval.sources.base import Hit, SearchQuery, SourceError
+from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 """``../shared/data`` (Northwind PDFs, NASA Earth pages); absent on a fresh clone."""
@@ -173,6 +174,13 @@ class FailingSource:
         self.calls += 1
         await asyncio.sleep(0)
         raise self.exc or ConnectionError("backend unreachable")
+
+
+class FilterableMemorySource(InMemoryKnowledgeSource):
+    """An in-memory source that names its filterable fields (``category``, ``year``), as the
+    planner and ``kb.as_tool()`` read them from a source."""
+
+    filterable_fields = ("category", "year")
 
 
 def unreachable_index(name: str = "broken") -> FailingSource:

@@ -14,6 +14,7 @@ from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
+from agentic_retrieval.tool import KnowledgeBaseTool
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "InvalidRequestError",
     "KnowledgeBase",
     "KnowledgeBaseRetriever",
+    "KnowledgeBaseTool",
     "KnowledgeSource",
     "KnowledgeSourceFailedError",
     "Permissions",

@@ -258,7 +258,9 @@ def tool_description(
     kb: ToolTarget, allowed: list[str], output_mode: OutputMode | None = None
 ) -> str:
     """What the model reads to decide when to call the tool (at most 1,024 characters)."""
-    what = f"the knowledge base '{kb.name}'" + (f" ({kb.description})" if kb.description else "")
+    about = kb.description.strip()
+    if about and not about.endswith((".", "!", "?")):
+        about += "."
     if (output_mode or kb.defaults.output_mode) == "answerSynthesis":
         returns = "Returns an answer citing its sources as [ref_id:N]."
     else:
@@ -266,7 +268,16 @@ def tool_description(
     sources = "; ".join(
         f"{n}: {kb.sources[n].description}" if kb.sources[n].description else n for n in allowed
     )
-    text = f"Search {what}. {returns} Sources: {sources}."
+    text = " ".join(
+        part
+        for part in (
+            f"Search the knowledge base '{kb.name}'.",
+            about,
+            returns,
+            f"Sources: {sources}.",
+        )
+        if part
+    )
     if len(text) > MAX_DESCRIPTION_CHARS:
         text = text[: MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"
     return text

@@ -6,16 +6,12 @@ from typing import Any
 
 import pytest
 from langchain_core.tools import BaseTool
-from tests.fakes import FAQ_DOCS, TOY_DOCS
+from tests.fakes import FAQ_DOCS, TOY_DOCS, FilterableMemorySource
 
 from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
 
 unit = pytest.importorskip("langchain_tests.unit_tests")
 integration = pytest.importorskip("langchain_tests.integration_tests")
-
-
-class FilterableMemorySource(InMemoryKnowledgeSource):
-    filterable_fields = ("category", "year")
 
 
 def knowledge_base_tool() -> BaseTool:

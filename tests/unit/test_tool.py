@@ -20,6 +20,7 @@ from langgraph.prebuilt import ToolNode
 from tests.fakes import (
     FAQ_DOCS,
     TOY_DOCS,
+    FilterableMemorySource,
     RecordingSource,
     SlowSource,
     tenant_source,
@@ -37,12 +38,6 @@ from agentic_retrieval.errors import IdentityRequiredError, InvalidRequestError
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.testing import ScriptedChatModel, ScriptedToolCallingModel
 from agentic_retrieval.tool import tool_name
-
-
-class FilterableMemorySource(InMemoryKnowledgeSource):
-    """An in-memory source that names its filterable fields (so the tool offers ``filter``)."""
-
-    filterable_fields = ("category", "year")
 
 
 def transit(**kwargs: Any) -> KnowledgeBase:
