@@ -71,6 +71,13 @@ NO_MODEL_NOTE = (
 )
 """Said once, in the ``agenticReasoning`` record, when an unset effort ran without a model."""
 
+INTENTS_AT_MEDIUM_NOTE = (
+    "medium effort with intents: the intents were searched as given, and medium checks the "
+    "evidence (with follow-up rounds) only for a question it plans itself, so no evidence "
+    "check ran; send the conversation as messages to have it checked"
+)
+"""Said once when a caller chose medium and planned with ``intents``: it answers like low."""
+
 
 @dataclass(frozen=True)
 class EffortChoice:
@@ -105,6 +112,8 @@ def choose_effort(
     note = None if can_plan or has_intents else NO_MODEL_NOTE
     if requested == "auto":
         return EffortChoice("minimal", "auto", note, auto=can_plan and not has_intents)
+    if requested == "medium" and has_intents:  # the caller planned: nothing to assess
+        return EffortChoice("medium", "medium", INTENTS_AT_MEDIUM_NOTE)
     if requested is not None:
         return EffortChoice(requested, requested)
     if can_plan:

@@ -76,6 +76,27 @@ def test_delete_follows_the_rest_rules(data):
     assert names == ["uploads"]
     missing = run("kb", "show", "transit", "--data", str(data))
     assert missing.exit_code == 2 and "no knowledge base named 'transit'" in missing.output
+    none = run("kb", "show", "--data", str(data))
+    assert none.exit_code == 2 and "give the knowledge base's name" in none.output
+
+
+def test_show_needs_no_name_when_the_directory_holds_one_knowledge_base(data, tmp_path):
+    only = json.loads(run("kb", "show", "--data", str(data)).output)
+    assert only["name"] == "transit"
+    service = ServiceDirectory(data)
+    put_knowledge_base(service, {"name": "ferries", "knowledgeSources": [{"name": "guides-ks"}]})
+    service.close()
+    two = run("kb", "show", "--data", str(data))
+    assert two.exit_code == 2
+    assert "give the knowledge base's name: " in two.output and "2: ferries, transit" in two.output
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "ferry.md").write_text("# Ferry\n\nThe Gull Island ferry leaves hourly.\n")
+    kb = str(tmp_path / "kb")
+    assert run("index", "--kb", kb, "--source", "ferries", str(docs)).exit_code == 0
+    shown = run("kb", "show", "--kb", kb)
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["knowledgeSources"] == [{"name": "ferries"}]
 
 
 def test_a_knowledge_base_directory_lists_shows_and_deletes_its_sources(tmp_path):

@@ -37,6 +37,35 @@ def test_help_shows_no_type_placeholders(command):
     assert "{paths}" not in result.stdout and "<list[" not in result.stdout
 
 
+def every_command():
+    import typer.main
+
+    def walk(command, path):
+        subcommands = getattr(command, "commands", {})
+        if not subcommands:
+            yield path, command
+        for name, sub in subcommands.items():
+            yield from walk(sub, [*path, name])
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+@pytest.mark.parametrize(
+    ("path", "command"), every_command(), ids=[" ".join(p) for p, _ in every_command()]
+)
+def test_help_at_80_columns_shows_every_option_name_whole(path, command):
+    import re
+
+    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    names = [n for p in command.params for n in (*p.opts, *p.secondary_opts) if n.startswith("-")]
+    assert names, path
+    for name in names:  # whole: followed by a space, a comma or the line's end
+        assert re.search(rf"(^|[ ,/]){re.escape(name)}([ ,]|$)", result.stdout, re.M), name
+    assert "…" not in result.stdout
+
+
 def test_piped_output_keeps_doc_keys_whole_and_previews_every_chunk(kb):
     result = runner.invoke(
         app,
@@ -93,3 +122,22 @@ def test_the_retriever_names_its_own_argument():
     with pytest.raises(InvalidRequestError) as info:
         kb.as_retriever().invoke("  ")
     assert str(info.value) == "query is empty: give the text to retrieve documents for"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--api-key", ""], "error: --api-key is empty (is the variable you passed set?)"),
+        (["--query-key", "  "], "error: --query-key is empty"),
+        (["--query-key-for", "kb:"], "error: --query-key-for is empty"),
+        (["--api-key", "k1 "], "error: --api-key has spaces around the key"),
+    ],
+)
+def test_serve_refuses_a_key_no_request_could_present(kb, monkeypatch, args, message):
+    from agentic_retrieval.server import serving
+
+    monkeypatch.setattr(serving, "serve", lambda *a, **k: pytest.fail("the server started"))
+    result = runner.invoke(app, ["serve", "--kb", str(kb), "--port", "0", *args])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.splitlines()) == 1

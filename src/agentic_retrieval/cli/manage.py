@@ -33,8 +33,14 @@ from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.kb.management import delete_knowledge_base, delete_knowledge_source
 from agentic_retrieval.kb.service import DATABASE_NAME, ServiceDirectory, StoredDefinition
 
-kb_app = typer.Typer(help="List, show, update and delete knowledge bases.", no_args_is_help=True)
-source_app = typer.Typer(help="List, show and delete knowledge sources.", no_args_is_help=True)
+kb_app = typer.Typer(
+    help="List, show, update and delete knowledge bases.",
+    no_args_is_help=True,
+    rich_markup_mode=None,  # click's help: option names are never cut (see cli/app.py)
+)
+source_app = typer.Typer(
+    help="List, show and delete knowledge sources.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(kb_app, name="kb")
 app.add_typer(source_app, name="source")
 
@@ -72,15 +78,29 @@ def list_bases(
 
 @kb_app.command("show")
 @user_errors
-def show_base(name: str, data: DataOption = None, kb: KbDirOption = None) -> None:
+def show_base(
+    name: Annotated[
+        str | None,
+        typer.Argument(help="The knowledge base (optional when the directory holds one)."),
+    ] = None,
+    data: DataOption = None,
+    kb: KbDirOption = None,
+) -> None:
     """Print the definition of knowledge base NAME as JSON (model keys redacted)."""
     if kb is not None:
         body = _directory_base(_kb_directory(kb))
-        if body["name"] != name:
+        if name is not None and body["name"] != name:
             raise UserError(f"{kb} holds the knowledge base {body['name']!r}, not {name!r}")
         _print_json(body)
         return
-    stored = _service(data).get("knowledgeBase", name)
+    service = _service(data)
+    if name is None:
+        names = [d.name for d in service.definitions("knowledgeBase")]
+        if len(names) != 1:
+            held = f"{len(names)}: {', '.join(names)}" if names else "none"
+            raise UserError(f"give the knowledge base's name: {data} holds {held}")
+        name = names[0]
+    stored = service.get("knowledgeBase", name)
     if stored is None:
         raise ResourceNotFoundError(f"no knowledge base named {name!r} in {data}")
     _print_json(_body(stored))

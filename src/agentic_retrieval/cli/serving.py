@@ -18,6 +18,35 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
+def check_keys(options: Mapping[str, list[str] | None]) -> None:
+    """Refuse a key no request could present, before the server starts.
+
+    ``--api-key "$KEY"`` with ``KEY`` unset passes an empty key: the server would turn keys on
+    and then refuse every request, saying nothing at start-up.
+
+    Args:
+        options: The key options as given, by option name (``--api-key``...).
+
+    Raises:
+        UserError: An empty key, or one with spaces around it (no header carries those).
+    """
+    for option, keys in options.items():
+        for key in keys or []:
+            if option == "--query-key-for" and ":" not in key:
+                continue  # not KB:KEY at all: ServerSettings says what the form is
+            value = key.partition(":")[2] if option == "--query-key-for" else key
+            if not value.strip():
+                raise UserError(
+                    f"{option} is empty (is the variable you passed set?): the server would "
+                    f"refuse every request; give a key, or leave {option} out"
+                )
+            if value != value.strip():
+                raise UserError(
+                    f"{option} has spaces around the key, which no request header can carry: "
+                    "the server would refuse every request with it"
+                )
+
+
 def access_options(
     issuer: str | None,
     audience: str | None,
