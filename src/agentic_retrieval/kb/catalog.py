@@ -6,12 +6,18 @@ the embedded stores, its defaults from the definition), the documents of each in
 store of each file source. Everything is built on first use and cached until the directory's
 generation moves (a definition changed, in this process or another), so a request never sees
 a mix of old and new definitions.
+
+The cache holds what exists and nothing else: a name that is not defined is looked up again
+on every request (one primary-key read) rather than remembered, so callers asking for
+endless made-up names cannot grow it; and it keeps at most :data:`MAX_CACHED` objects, the
+least recently used going first.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -32,6 +38,9 @@ from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSou
 from agentic_retrieval.sources.local.documents import DocumentStore
 
 T = TypeVar("T")
+
+MAX_CACHED = 512
+"""Most live objects (knowledge bases, index documents, file stores) kept built at once."""
 
 
 class ServiceCatalog:
@@ -55,7 +64,7 @@ class ServiceCatalog:
         self.reranker = reranker
         self._lock = threading.RLock()
         self._generation = -1
-        self._cache: dict[tuple[str, str], Any] = {}
+        self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
 
     def knowledge_base(self, name: str) -> KnowledgeBase | None:
         """The knowledge base called ``name``, built from its definition."""
@@ -73,17 +82,24 @@ class ServiceCatalog:
         """The store of file knowledge source ``name`` (``None`` for other kinds)."""
         return self._cached(("files", name), self._build_file_documents)
 
-    def _cached(self, key: tuple[str, str], build: Callable[[str], T]) -> T:
+    def _cached(self, key: tuple[str, str], build: Callable[[str], T | None]) -> T | None:
+        """The object ``key`` names, built on first use; a missing one is never remembered."""
         generation = self.service.generation()
         with self._lock:
             if generation != self._generation:
                 self._cache.clear()
                 self._generation = generation
                 self.service.close_unused_stores()
-            if key not in self._cache:
-                self._cache[key] = build(key[1])
-            cached: T = self._cache[key]  # the key names the builder, so the type matches
-            return cached
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                cached: T = self._cache[key]  # the key names the builder, so the type matches
+                return cached
+            built = build(key[1])
+            if built is not None:
+                self._cache[key] = built
+                if len(self._cache) > MAX_CACHED:
+                    self._cache.popitem(last=False)
+            return built
 
     def _build_index_documents(self, name: str) -> IndexDocuments | None:
         stored = self.service.get("index", name)

@@ -58,9 +58,13 @@ SUPPORTED_FIELD_TYPES = (
     *(f"Collection({t})" for t in SIMPLE_TYPES if t != "Edm.GeographyPoint"),
     *VECTOR_TYPES,
 )
-_INDEX_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?\Z")
-_RESOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
-_FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}\Z")
+MAX_NAME_CHARS = 128
+"""Longest name of an index, knowledge source, knowledge base or field (Azure's naming rules)."""
+MAX_KEY_CHARS = 1024
+"""Longest document key (Azure's naming rules)."""
+_INDEX_NAME = re.compile(rf"[a-z0-9](?:[a-z0-9-]{{0,{MAX_NAME_CHARS - 2}}}[a-z0-9])?\Z")
+_RESOURCE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_NAME_CHARS - 1}}}\Z")
+_FIELD_NAME = re.compile(rf"[A-Za-z][A-Za-z0-9_]{{0,{MAX_NAME_CHARS - 1}}}\Z")
 MAX_TAGS = 10
 REDACTED = "<redacted>"
 """What a read shows instead of a model's API key (as Azure does)."""

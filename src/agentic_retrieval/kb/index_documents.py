@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from agentic_retrieval.errors import InvalidRequestError, TooLargeError
-from agentic_retrieval.kb.definitions import IndexDefinition, IndexField
+from agentic_retrieval.kb.definitions import MAX_KEY_CHARS, IndexDefinition, IndexField
 from agentic_retrieval.odata import (
     All,
     And,
@@ -52,7 +52,7 @@ DEFAULT_PAGE = 50
 """Results per page when a search does not set ``top`` (Azure's default)."""
 MAX_TOP = 1000
 ACTIONS = ("upload", "merge", "mergeOrUpload", "delete")
-_KEY = re.compile(r"[A-Za-z0-9_\-=]{1,1024}\Z")
+_KEY = re.compile(rf"[A-Za-z0-9_\-=]{{1,{MAX_KEY_CHARS}}}\Z")
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
@@ -24,7 +24,11 @@ from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.management import Management, add_management_routes
-from agentic_retrieval.server.requests import check_api_version, read_json_object
+from agentic_retrieval.server.requests import (
+    check_api_version,
+    check_path_names,
+    read_json_object,
+)
 from agentic_retrieval.server.settings import ServerSettings
 from agentic_retrieval.server.streaming import (
     EVENT_STREAM,
@@ -87,6 +91,7 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
+        dependencies=[Depends(check_path_names)],  # before any route looks a name up
     )
     app.state.knowledge_bases = registry
     app.state.keys = keys

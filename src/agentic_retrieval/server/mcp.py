@@ -41,6 +41,7 @@ from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.server.requests import path_name_error
 from agentic_retrieval.wire.events import (
     ERROR,
     RESPONSE_COMPLETED,
@@ -385,6 +386,10 @@ class McpMounts:
             require_role(self.keys, headers, "query", knowledge_base=name)
         except ApiError as refused:
             await _send(send, refused)
+            return
+        too_long = path_name_error("name", name)
+        if too_long is not None:
+            await _send(send, too_long)
             return
         if scope.get("method") == "GET":
             error = ApiError(

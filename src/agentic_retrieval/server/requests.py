@@ -1,4 +1,4 @@
-"""What every route reads from a request the same way: the ``api-version`` and a JSON body."""
+"""What every route reads from a request the same way: names in the path, ``api-version``, body."""
 
 from __future__ import annotations
 
@@ -7,8 +7,42 @@ from typing import Any
 
 from fastapi import Request
 
+from agentic_retrieval.kb.definitions import MAX_KEY_CHARS, MAX_NAME_CHARS
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
+
+MAX_FILE_ID_CHARS = 128
+"""Longest file id in a path (this service's ids are 36-character UUIDs)."""
+PATH_PARAMETERS = {
+    "name": ("name", MAX_NAME_CHARS),
+    "key": ("document key", MAX_KEY_CHARS),
+    "file_id": ("fileId", MAX_FILE_ID_CHARS),
+}
+"""Each path parameter of the routes: what messages call it, and its longest value."""
+
+
+def check_path_names(request: Request) -> None:
+    """Refuse an over-long name, key or file id in the path before anything looks it up.
+
+    Installed as a dependency of every route (the MCP endpoint calls
+    :func:`path_name_error` itself). Nothing longer than Azure's naming rules allow can
+    exist here, so such a request is a 400 at once; the value is never echoed.
+    """
+    for parameter, value in request.path_params.items():
+        error = path_name_error(parameter, str(value))
+        if error is not None:
+            raise error
+
+
+def path_name_error(parameter: str, value: str) -> ApiError | None:
+    """The 400 for ``value`` of path parameter ``parameter`` when it is too long, else ``None``."""
+    what, limit = PATH_PARAMETERS.get(parameter, (parameter, MAX_NAME_CHARS))
+    if len(value) <= limit:
+        return None
+    return ApiError(
+        400,
+        f"{what}: the {what} in the URL has {len(value)} characters; at most {limit} are allowed.",
+    )
 
 
 def check_api_version(api_version: str | None) -> None:
