@@ -935,6 +935,16 @@ def serve(
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8080,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            "--public-url",
+            envvar="AGENTIC_RETRIEVAL_PUBLIC_URL",
+            help="The base URL clients reach this service at (e.g. https://search.example.com): "
+            "citationUrl and nextLink links point there (default: the address it listens on, "
+            "never a request's Host header; $AGENTIC_RETRIEVAL_PUBLIC_URL).",
+        ),
+    ] = None,
     workers: Annotated[
         int, typer.Option(help="Processes serving requests (sharing --data).", min=1, max=64)
     ] = 1,
@@ -1011,6 +1021,7 @@ def serve(
             max_body_bytes=max_body_bytes,
             max_upload_bytes=max_upload_bytes,
             host=host,
+            public_url=public_url,
             **access,
         )
         settings.access_policy()  # a JWKS file that cannot be read fails here, in one line

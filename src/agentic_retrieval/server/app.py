@@ -27,6 +27,7 @@ from agentic_retrieval.server.management import Management, add_management_route
 from agentic_retrieval.server.requests import (
     check_api_version,
     check_path_names,
+    public_base_url,
     read_json_object,
 )
 from agentic_retrieval.server.settings import ServerSettings
@@ -141,7 +142,7 @@ def _add_routes(
         # citation URLs point back at this service, with the caller's api-version
         defaults = dataclasses.replace(
             policy.run_defaults(name, kb.defaults),
-            service_endpoint=str(request.base_url).rstrip("/"),
+            service_endpoint=public_base_url(request),
             api_version=api_version,
         )
         parsed, context = prepare(await read_json_object(request), defaults, kb.bindings)

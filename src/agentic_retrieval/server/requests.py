@@ -1,4 +1,8 @@
-"""What every route reads from a request the same way: names in the path, ``api-version``, body."""
+"""What every route reads from a request the same way.
+
+Names in the path, the ``api-version``, a JSON body, and the base URL of the service a
+response's links point at.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +47,27 @@ def path_name_error(parameter: str, value: str) -> ApiError | None:
         400,
         f"{what}: the {what} in the URL has {len(value)} characters; at most {limit} are allowed.",
     )
+
+
+def public_base_url(request: Request) -> str:
+    """The base URL a response's links point at: ``ServerSettings.public_url`` when set.
+
+    Otherwise the address the server is bound to, as the connection's socket reports it
+    (ASGI's ``server``). Never the ``Host`` header: any client can set it, and a link built
+    from it (a ``citationUrl``, a ``nextLink`` a client follows with its key) would point
+    wherever that client chose.
+    """
+    settings = getattr(request.app.state, "settings", None)
+    configured = getattr(settings, "public_url", None)
+    if configured:
+        return str(configured)
+    scheme = "https" if request.url.scheme == "https" else "http"
+    host, port = request.scope.get("server") or (getattr(settings, "host", "127.0.0.1"), None)
+    shown = f"[{host}]" if ":" in str(host) else str(host)
+    default_port = 443 if scheme == "https" else 80
+    if port is None or port == default_port:
+        return f"{scheme}://{shown}"
+    return f"{scheme}://{shown}:{port}"
 
 
 def check_api_version(api_version: str | None) -> None:

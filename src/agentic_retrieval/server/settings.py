@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys
 from agentic_retrieval.server.tokens import TokenSettings, TokenValidator
@@ -47,6 +48,11 @@ class ServerSettings:
         retry_after_seconds: The ``Retry-After`` value sent with a 429.
         host: The interface the server listens on; on loopback the MCP endpoint also
             rejects requests whose ``Host``/``Origin`` is not local (DNS-rebinding guard).
+        public_url: The base URL clients reach this service at (``https://search.example.com``,
+            a path prefix allowed), used in every URL a response gives (``citationUrl``,
+            ``@odata.nextLink``). ``None``: the address the server is bound to, as the
+            connection's socket reports it. Never the request's ``Host`` header, which any
+            client can set.
     """
 
     api_keys: list[str] = field(default_factory=list)
@@ -64,9 +70,12 @@ class ServerSettings:
     max_in_flight: int = 64
     retry_after_seconds: int = 1
     host: str = "127.0.0.1"
+    public_url: str | None = None
 
     def __post_init__(self) -> None:
-        """Reject limits that would make the server unusable."""
+        """Reject limits that would make the server unusable, and a malformed public URL."""
+        if self.public_url is not None:
+            self.public_url = normalized_public_url(self.public_url)
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be at least 1")
         if self.max_in_flight < 1:
@@ -100,3 +109,35 @@ class ServerSettings:
             enforce=(self.tokens is not None) if enforce is None else enforce,
             require_identity=frozenset(self.require_identity),
         )
+
+
+def normalized_public_url(url: str) -> str:
+    """``url`` without a trailing slash, once it is checked to be an http(s) base URL.
+
+    Raises:
+        ValueError: Not ``http://`` or ``https://``, no host, a malformed port, or a query,
+            fragment or credentials (none of which a base URL can carry).
+    """
+    text = url.strip()
+    if not _is_base_url(text):
+        raise ValueError(
+            f"public URL {url!r}: give the base URL clients use, e.g. "
+            "https://search.example.com or https://example.com/search (http or https, a "
+            "host, no query, fragment or credentials)"
+        )
+    return text.rstrip("/")
+
+
+def _is_base_url(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+        has_valid_port = parts.port is None or parts.port > 0  # a malformed port raises
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and has_valid_port
+        and not (parts.query or parts.fragment)
+        and parts.username is None
+    )

@@ -18,7 +18,7 @@ from agentic_retrieval.kb.service import Conditions, ServiceDirectory, StoredDef
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, Grant, Role, require_role
 from agentic_retrieval.server.errors import ApiError
-from agentic_retrieval.server.requests import check_api_version
+from agentic_retrieval.server.requests import check_api_version, public_base_url
 
 T = TypeVar("T")
 
@@ -139,9 +139,8 @@ def page(
     shown = chosen[:size]
     query = {k: v for k, v in params.items() if k != "$skipToken"}
     query["$skipToken"] = shown[-1][0]
-    return [
-        item for _, item in shown
-    ], f"{request.url.remove_query_params(list(params))}?{urlencode(query)}"
+    link = f"{public_base_url(request)}{request.url.path}?{urlencode(query)}"
+    return [item for _, item in shown], link
 
 
 def list_body(values: list[Any], next_link: str | None) -> dict[str, Any]:
