@@ -24,8 +24,9 @@ that catches those keeps working. The kinds:
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
   read into it), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
   store file that cannot be used; :class:`StoreNotFoundError` when there is none,
-  :class:`StoreUnavailableError` while it is damaged or missing, :class:`StoreBusyError`
-  while another run indexes it).
+  :class:`StoreUnavailableError` while it is damaged or missing, :class:`StoreClosedError`
+  once it was closed (its index or source deleted), :class:`StoreBusyError` while another
+  run indexes it).
 - :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
 - :class:`EvaluationError`: an evaluation's dataset (:class:`DatasetError`), configurations
   (:class:`EvalConfigurationError`) or price table (:class:`PriceTableError`).
@@ -304,7 +305,21 @@ class StoreUnavailableError(StoreError):
 
     def __init__(self, path: object, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
+        self.path = path
         self.reason = reason
+
+
+class StoreClosedError(StoreUnavailableError):
+    """The store was closed (e.g. its index or knowledge source was deleted meanwhile).
+
+    Operations that started before the close finish first; every later one raises this.
+
+    Args:
+        path: The store file.
+    """
+
+    def __init__(self, path: object) -> None:
+        super().__init__(path, "it was closed (deleted or replaced)")
 
 
 # --- knowledge-base directories ------------------------------------------------------------

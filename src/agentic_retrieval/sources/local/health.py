@@ -110,6 +110,8 @@ class StoreHealth:
             if current is None:
                 raise self._mark(current, "its index file is missing")
             if not has_sqlite_header(self.path):
+                if not self.path.exists():  # deleted between the two looks
+                    raise self._mark(None, "its index file is missing")
                 raise self._mark(current, "its index file is damaged (not an SQLite database)")
             if self._seen is None or current.inode != self._seen.inode:
                 self.epoch += 1  # replaced by another file: stop reading the old one

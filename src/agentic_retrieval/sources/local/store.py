@@ -29,23 +29,29 @@ hold nothing bound to an event loop, so the store can be searched from any threa
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 from filelock import FileLock, Timeout
 
 # defined in errors.py; importable from here as before
-from agentic_retrieval.errors import PermissionsNotEnforceableError, StoreBusyError
+from agentic_retrieval.errors import (
+    PermissionsNotEnforceableError,
+    StoreBusyError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
 from agentic_retrieval.errors import StoreError as StoreError
 from agentic_retrieval.errors import StoreNotFoundError as StoreNotFoundError
 from agentic_retrieval.odata import Expr, to_sql
@@ -54,6 +60,8 @@ from agentic_retrieval.sources.local.health import StoreHealth, is_damage
 from agentic_retrieval.text import MAX_QUERY_TERMS
 
 logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 TITLE_WEIGHT = 3.0
 CONTENT_WEIGHT = 1.0
@@ -293,6 +301,19 @@ def _query_terms(token: str, segmented: bool) -> list[str]:
     return terms
 
 
+def _leased(
+    method: Callable[Concatenate[LocalStore, P], R],
+) -> Callable[Concatenate[LocalStore, P], R]:
+    """Run a store method under a lease: :meth:`LocalStore.close` waits for it to finish."""
+
+    @functools.wraps(method)
+    def leased(store: LocalStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with store.lease():
+            return method(store, *args, **kwargs)
+
+    return leased
+
+
 class LocalStore:
     """A SQLite-backed chunk index with BM25 and optional dense-vector search.
 
@@ -329,6 +350,9 @@ class LocalStore:
         self._vectors = _VectorCache()
         self._vector_lock = threading.Lock()
         self._closed = False
+        self._users = 0
+        """Operations under way (leases); the last one out closes a closed store."""
+        self._creating = create
         if not create and not self._is_store():
             raise StoreError(
                 f"{self.path} is not a local source index (it has no chunks table); "
@@ -355,12 +379,13 @@ class LocalStore:
             if scanned.fetchone() is None:  # an index written before fields were recorded
                 conn.execute(f"INSERT OR IGNORE INTO fields(name, kind) {_FIELDS_OF_CHUNKS}")
                 conn.execute("INSERT INTO meta(key, value) VALUES ('fields_recorded', '1')")
+        self._creating = False  # from now on a missing file was deleted: never re-create it
 
     # ------------------------------------------------------------------ connections
 
     def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError(f"store {self.path} is closed")
+        if self._closed and not getattr(self._local, "leases", 0):
+            raise StoreClosedError(self.path)
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         health = getattr(self, "_health", None)
         if conn is not None and health is not None and self._local.epoch != health.epoch:
@@ -370,11 +395,30 @@ class LocalStore:
             conn.close()
             conn = None
         if conn is None:
+            conn = self._open_connection(create=self._creating)
+            self._local.conn = conn
+            self._local.epoch = health.epoch if health is not None else 0
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _open_connection(self, *, create: bool) -> sqlite3.Connection:
+        """A new connection to the file; only a store being created may create the file.
+
+        After opening, a missing file (deleted by another process) is reported as such
+        instead of being replaced by a new empty database at the same path.
+        """
+        target = self.path.resolve().as_uri() + ("" if create else "?mode=rw")
+        conn: sqlite3.Connection | None = None
+        try:
             conn = sqlite3.connect(
-                self.path,
+                target,
+                uri=True,
                 timeout=_BUSY_TIMEOUT_MS / 1000,
                 isolation_level=None,
-                check_same_thread=False,  # used by its own thread only; close() may run elsewhere
+                # used by its own thread only; close() may run on another thread, but only
+                # once no operation is under way (see lease())
+                check_same_thread=False,
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -384,11 +428,44 @@ class LocalStore:
                 "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab "
                 "USING fts5vocab(main, chunks_fts, 'row')"
             )
-            self._local.conn = conn
-            self._local.epoch = health.epoch if health is not None else 0
-            with self._lock:
-                self._connections.append(conn)
+        except sqlite3.Error:
+            if conn is not None:
+                conn.close()
+            if self.path.exists():
+                raise
+            # deleted (by another process) before or while this connection opened
+            raise StoreUnavailableError(self.path, "its index file is missing") from None
         return conn
+
+    @contextmanager
+    def lease(self) -> Iterator[None]:
+        """Keep the store open for the block (every public method takes one itself).
+
+        A store is shared by the threads of a server: one may close it (its index was
+        deleted) while others are searching it. Closing a SQLite connection while another
+        thread runs a statement on it crashes the process, so :meth:`close` only marks the
+        store closed while leases are out, and the last lease to end closes the
+        connections. A lease asked for after :meth:`close` raises :class:`StoreClosedError`,
+        except inside a lease the same thread holds: a multi-step read (a search, then its
+        documents) that started before the close finishes.
+
+        Raises:
+            StoreClosedError: The store was closed.
+        """
+        held = getattr(self._local, "leases", 0)
+        with self._lock:
+            if self._closed and not held:
+                raise StoreClosedError(self.path)
+            self._users += 1
+        self._local.leases = held + 1
+        try:
+            yield
+        finally:
+            self._local.leases = held
+            with self._lock:
+                self._users -= 1
+                if self._closed and self._users == 0:
+                    self._close_connections()
 
     def _is_store(self) -> bool:
         row = (
@@ -421,8 +498,29 @@ class LocalStore:
         finally:
             lock.release()
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self._connection())
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``, or a savepoint inside :meth:`transaction`.
+
+        The block's writes are undone when it raises. However a statement fails (even one
+        after which SQLite has already rolled the transaction back itself: a full disk, no
+        memory, an interrupt), the connection leaves this block outside any transaction.
+        """
+        with self.lease():
+            conn = self._connection()
+            depth = getattr(self._local, "writes", 0)
+            if depth and not conn.in_transaction:
+                # SQLite rolled the outer batch back (see _immediate): writing on would
+                # commit this part alone
+                raise StoreError(
+                    "the batch was rolled back by a failed statement; nothing was saved"
+                )
+            self._local.writes = depth + 1
+            try:
+                with _savepoint(conn) if depth else _immediate(conn):
+                    yield conn
+            finally:
+                self._local.writes = depth
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier version to :data:`SCHEMA_VERSION`.
@@ -450,25 +548,40 @@ class LocalStore:
         )
         return int(row[0]) if row else 1
 
-    def transaction(self) -> _Transaction:
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """One transaction around several writes of this thread (each still all-or-nothing).
 
         Every write inside becomes a savepoint: a failed one is undone alone, and all commit
         together at the end (one commit instead of one per file: much faster for batches).
-        Other writers wait meanwhile; readers never see the batch before it commits.
+        Other writers wait meanwhile; readers never see the batch before it commits. The
+        store stays open until the block ends (it holds a lease).
         """
-        return _Transaction(self._connection())
+        return self._write()
 
     def close(self) -> None:
-        """Close every connection this store opened (from any thread)."""
+        """Close the store (from any thread): now, or when the last lease under way ends.
+
+        Later operations raise :class:`StoreClosedError`; operations under way finish first.
+        """
         with self._lock:
             self._closed = True
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+            if self._users == 0:
+                self._close_connections()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def _close_connections(self) -> None:
+        """Close every connection this store opened (called under ``_lock``, none in use)."""
+        for conn in self._connections:
+            conn.close()
+        self._connections.clear()
 
     # ------------------------------------------------------------------ bookkeeping
 
+    @_leased
     def generation(self) -> int:
         """Return the counter bumped by every committed write."""
         row = (
@@ -476,6 +589,7 @@ class LocalStore:
         )
         return int(row[0])
 
+    @_leased
     def file_state(self, path: str) -> FileState | None:
         """Return what was indexed for ``path`` (an absolute path string), if anything."""
         row = (
@@ -489,11 +603,13 @@ class LocalStore:
         )
         return FileState(*row) if row else None
 
+    @_leased
     def indexed_paths(self) -> list[str]:
         """Every indexed file path, sorted."""
         rows = self._connection().execute("SELECT path FROM files ORDER BY path")
         return [r[0] for r in rows]
 
+    @_leased
     def record_ids(self, origin: str | None = None) -> list[str]:
         """Ids of the indexed records (only those read from ``origin``, when given), sorted."""
         sql = "SELECT path FROM files WHERE substr(path, 1, ?) = ?"
@@ -504,11 +620,13 @@ class LocalStore:
         rows = self._connection().execute(sql + " ORDER BY path", params)
         return [r[0][len(RECORD_PREFIX) :] for r in rows]
 
+    @_leased
     def document_keys(self) -> set[str]:
         """Every document's key: a record's id, a file's slug (its chunk ids' prefix)."""
         rows = self._connection().execute("SELECT slug FROM files")
         return {r[0].removeprefix(RECORD_PREFIX) for r in rows}
 
+    @_leased
     def stored_metadata(self, path: str) -> dict[str, Any] | None:
         """The metadata stored with ``path`` when it was indexed, or ``None`` if it is not."""
         row = (
@@ -518,6 +636,7 @@ class LocalStore:
         )
         return json.loads(row[0]) if row else None
 
+    @_leased
     def count_files(self, prefix: str = "") -> int:
         """How many indexed paths start with ``prefix``."""
         row = (
@@ -529,6 +648,7 @@ class LocalStore:
         )
         return int(row[0])
 
+    @_leased
     def files_page(
         self, prefix: str, after: str | None, limit: int
     ) -> list[tuple[str, dict[str, Any]]]:
@@ -543,6 +663,7 @@ class LocalStore:
         )
         return [(row[0], json.loads(row[1])) for row in rows]
 
+    @_leased
     def count_matching_files(
         self, text: str, filter_expr: Expr | None = None, *, access: Access = ANONYMOUS
     ) -> int:
@@ -569,6 +690,7 @@ class LocalStore:
                 row = self._connection().execute(sql, [match, *params]).fetchone()
         return int(row[0])
 
+    @_leased
     def slug_owner(self, slug: str) -> str | None:
         """Return the path whose chunks use ``slug``, if any."""
         row = (
@@ -576,6 +698,7 @@ class LocalStore:
         )
         return row[0] if row else None
 
+    @_leased
     def chunk_ids(self) -> list[str]:
         """Every chunk id, in file then chunk order."""
         rows = self._connection().execute(
@@ -583,10 +706,12 @@ class LocalStore:
         )
         return [r[0] for r in rows]
 
+    @_leased
     def count_chunks(self) -> int:
         """Return the number of chunks in the index."""
         return int(self._connection().execute("SELECT count(*) FROM chunks").fetchone()[0])
 
+    @_leased
     def metadata_kinds(self) -> dict[str, frozenset[str]]:
         """Every top-level metadata field written to the chunks, with its values' JSON types.
 
@@ -600,6 +725,7 @@ class LocalStore:
             kinds.setdefault(str(name), set()).add(str(kind))
         return {name: frozenset(found) for name, found in kinds.items()}
 
+    @_leased
     def has_vectors(self) -> bool:
         """Whether any chunk carries a vector."""
         row = (
@@ -611,6 +737,7 @@ class LocalStore:
 
     # ------------------------------------------------------------------ writes
 
+    @_leased
     def replace_file(
         self,
         state: FileState,
@@ -685,10 +812,12 @@ class LocalStore:
                 _write_permissions(conn, int(file_id or 0), permissions)
             _bump_generation(conn)
 
+    @_leased
     def permissions_of(self, path: str) -> Permissions | None:
         """Who may see the indexed ``path``; ``None`` when unmarked (or not indexed)."""
         return _read_permissions(self._connection(), path)
 
+    @_leased
     def set_permissions(self, path: str, permissions: Permissions) -> bool:
         """Give the indexed ``path`` new permissions (its chunks stay as they are).
 
@@ -704,6 +833,7 @@ class LocalStore:
             _bump_generation(conn)
         return True
 
+    @_leased
     def access_summary(self) -> AccessSummary:
         """How many documents are public, restricted and unmarked (cached per generation)."""
         generation = self.generation()
@@ -722,11 +852,13 @@ class LocalStore:
         result: AccessSummary = cached[1]
         return result
 
+    @_leased
     def touch_file(self, path: str, mtime: float) -> None:
         """Record a new mtime for an unchanged file (no generation bump: no content changed)."""
         with self._write() as conn:
             conn.execute("UPDATE files SET mtime = ? WHERE path = ?", (mtime, path))
 
+    @_leased
     def delete_file(self, path: str) -> int:
         """Remove a file and its chunks; returns the number of chunks removed."""
         with self._write() as conn:
@@ -761,6 +893,7 @@ class LocalStore:
             )
         return [row.tobytes() for row in array]
 
+    @_leased
     def dimension(self) -> int | None:
         """The dimension of the index's vectors, once any were written."""
         row = (
@@ -770,6 +903,7 @@ class LocalStore:
 
     # ------------------------------------------------------------------ reads
 
+    @_leased
     def search(
         self,
         text: str,
@@ -808,7 +942,8 @@ class LocalStore:
         """
         if top <= 0:
             return []
-        self._health.check(self._recover)
+        if not self._closed:  # closed (deleted) under this lease: not damage, finish reading
+            self._health.check(self._recover)
         conn = self._connection()
         if cancel is not None:
             # SQLite calls this every few thousand steps; non-zero aborts the statement
@@ -858,7 +993,10 @@ class LocalStore:
         try:
             yield
         finally:
-            conn.execute("COMMIT")
+            # a failed statement may have ended the transaction already (SQLite rolls back
+            # on some errors): end it only if it is still open, and never raise from here
+            # over the statement's own error; a read transaction has nothing to save
+            _rollback(conn)
 
     def _where(self, filter_expr: Expr | None, access: Access) -> tuple[str, list[Any]]:
         """The SQL condition on ``c`` (a chunk): the caller's filter AND the permission check.
@@ -1110,28 +1248,47 @@ def _bump_generation(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
 
 
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK`` when the block raises).
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction: committed when the block ends, rolled back when it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        _rollback(conn)
+        raise
+    if not conn.in_transaction:
+        # a failed statement made SQLite roll back everything and the block went on
+        raise StoreError("the batch was rolled back by a failed statement; nothing was saved")
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        _rollback(conn)
+        raise
 
-    Inside :meth:`LocalStore.transaction` it is a savepoint instead: the block's writes are
-    undone alone when it raises, and kept until the outer transaction commits.
-    """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.nested = False
+@contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write inside an outer transaction: undone alone when the block raises."""
+    conn.execute("SAVEPOINT write")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:  # else SQLite already rolled back the outer transaction
+            try:
+                conn.execute("ROLLBACK TO write")
+                conn.execute("RELEASE write")
+            except sqlite3.Error:
+                _rollback(conn)
+        raise
+    conn.execute("RELEASE write")
 
-    def __enter__(self) -> sqlite3.Connection:
-        self.nested = self.conn.in_transaction
-        self.conn.execute("SAVEPOINT write" if self.nested else "BEGIN IMMEDIATE")
-        return self.conn
 
-    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        if self.nested:
-            if exc_type is not None:
-                self.conn.execute("ROLLBACK TO write")
-            self.conn.execute("RELEASE write")
-        elif exc_type is None:
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute("ROLLBACK")
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back whatever transaction ``conn`` is in, never raising over the first error."""
+    if not conn.in_transaction:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:  # the original error matters more; the log keeps this one
+        logger.warning("rollback failed: %s", exc)
