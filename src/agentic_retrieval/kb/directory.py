@@ -192,7 +192,18 @@ class KnowledgeBaseDirectory:
             raise KnowledgeBaseDirectoryError(f"invalid {self.manifest_path}: {reason}") from None
         self._entries = {entry.name: entry for entry in entries}
         self._loaded = True
+        self._close_removed()
         return self
+
+    def _close_removed(self) -> None:
+        """Close the opened sources the manifest no longer lists (removed by another process).
+
+        A search under way on one finishes first (the store closes on its last lease).
+        """
+        with self._lock:
+            gone = [self._open.pop(name) for name in list(self._open) if name not in self._entries]
+        for source in gone:
+            source.close()
 
     def update_settings(self, **changes: Any) -> KnowledgeBaseSettings:
         """Change the knowledge base's retrieve settings and save the manifest.

@@ -230,9 +230,10 @@ class IndexDocuments:
         A document ``access`` may not see is reported absent: its existence is not revealed.
         """
         names = self._selected(select, access)
-        document = self.documents.get(key)
-        if document is None or not access.may_see(self.documents.permissions(key)):
-            return None
+        with self.documents.store.lease():  # a delete meanwhile waits for both reads
+            document = self.documents.get(key)
+            if document is None or not access.may_see(self.documents.permissions(key)):
+                return None
         return _project(document, names)
 
     def count(self) -> int:
@@ -248,12 +249,19 @@ class IndexDocuments:
     def search(self, params: SearchParameters, *, access: Access) -> dict[str, Any]:
         """Run a search for the caller ``access``; return the response body.
 
+        The store stays open until the body is built (a delete meanwhile waits for it).
+
         Raises:
             InvalidRequestError: A bad filter, an unknown or non-filterable field, an
                 unknown or non-retrievable selected field, a vector of the wrong size.
             PermissionsNotEnforceableError: ``access`` enforces permissions and the index
                 has none.
+            StoreClosedError: The index was deleted before the search began.
         """
+        with self.documents.store.lease():
+            return self._search(params, access)
+
+    def _search(self, params: SearchParameters, access: Access) -> dict[str, Any]:
         names = self._selected(params.select, access)
         expr = self._filter(params.filter)
         vector = self._query_vector(params.vector)

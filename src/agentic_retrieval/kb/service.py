@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from agentic_retrieval.errors import PreconditionFailedError
+from agentic_retrieval.errors import PreconditionFailedError, StoreClosedError
 from agentic_retrieval.sources.local.store import LocalStore
 
 logger = logging.getLogger(__name__)
@@ -183,6 +183,8 @@ class ServiceDirectory:
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._stores: dict[str, LocalStore] = {}
+        self._deleted: set[str] = set()
+        """Store files this process deleted: never opened again (their names are unique)."""
         self._connection().executescript(_SCHEMA)
 
     @property
@@ -286,17 +288,25 @@ class ServiceDirectory:
                 conn.execute("DELETE FROM ingestion WHERE store = ?", (current.store,))
             _bump_generation(conn)
         if current is not None and current.store is not None:
-            self._forget_store(current.store)
+            # closed once the searches and writes under way on it finish (see LocalStore.lease)
+            self._forget_store(current.store, deleted=True)
             _unlink_store(self.path / STORES_DIR / current.store)
         return current
 
     # --- stores -----------------------------------------------------------------------------
 
     def store(self, definition: StoredDefinition) -> LocalStore:
-        """The embedded store of an index or file source (opened once per process)."""
+        """The embedded store of an index or file source (opened once per process).
+
+        Raises:
+            StoreClosedError: This process deleted the definition meanwhile.
+            StoreNotFoundError: Another process deleted it (its file is gone).
+        """
         if definition.store is None:
             raise ValueError(f"{_label(definition.kind)} '{definition.name}' has no store")
         with self._lock:
+            if definition.store in self._deleted:
+                raise StoreClosedError(self.path / STORES_DIR / definition.store)
             store = self._stores.get(definition.store)
             if store is None:
                 store = LocalStore(self.path / STORES_DIR / definition.store)
@@ -310,7 +320,7 @@ class ServiceDirectory:
         }
         with self._lock:
             gone = [name for name in self._stores if name not in named]
-        for name in gone:
+        for name in gone:  # not marked deleted: a definition created meanwhile may name it
             self._forget_store(name)
 
     def remove_orphans(self) -> list[str]:
@@ -418,9 +428,11 @@ class ServiceDirectory:
             raise
         conn.execute("COMMIT")
 
-    def _forget_store(self, store: str) -> None:
+    def _forget_store(self, store: str, *, deleted: bool = False) -> None:
         with self._lock:
             opened = self._stores.pop(store, None)
+            if deleted:
+                self._deleted.add(store)
         if opened is not None:
             opened.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -12,9 +13,19 @@ from urllib.parse import urlencode
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agentic_retrieval.errors import ResourceNotFoundError
+from agentic_retrieval.errors import (
+    ResourceNotFoundError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
-from agentic_retrieval.kb.service import Conditions, ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.service import (
+    STORES_DIR,
+    Conditions,
+    DefinitionKind,
+    ServiceDirectory,
+    StoredDefinition,
+)
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, Grant, Role, require_role
 from agentic_retrieval.server.errors import ApiError
@@ -154,6 +165,51 @@ def list_body(values: list[Any], next_link: str | None) -> dict[str, Any]:
 async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run blocking work (SQLite writes, file conversion) off the event loop."""
     return await asyncio.to_thread(function, *args, **kwargs)
+
+
+async def in_store_thread(
+    management: Management,
+    kind: DefinitionKind,
+    name: str,
+    function: Callable[..., T],
+    *args: Any,
+    **kwargs: Any,
+) -> T:
+    """:func:`in_thread` for work on the store of index or knowledge source ``name``.
+
+    When the definition was deleted (or deleted and re-created) while the work ran, in this
+    process or another, its store is closed or its file gone: that is a 404, like a request
+    that arrived a moment later, not a server error.
+    """
+    try:
+        return await in_thread(function, *args, **kwargs)
+    except (StoreUnavailableError, StoreNotFoundError, sqlite3.Error) as exc:
+        if store_is_gone(management, kind, name, exc):
+            raise not_found(_WHAT[kind], name) from None
+        raise
+
+
+def store_is_gone(management: Management, kind: DefinitionKind, name: str, exc: Exception) -> bool:
+    """Whether ``exc`` came from a store that ``name``'s definition no longer names."""
+    if management.service is None:
+        return False
+    current = management.service.get(kind, name)
+    if current is None or current.store is None:
+        return True
+    named = management.service.path / STORES_DIR / current.store
+    if isinstance(exc, sqlite3.Error):  # on a store still defined: a real failure
+        return False
+    failed = getattr(exc, "path", None)
+    if failed is None:  # a store that could not be opened: was it replaced meanwhile?
+        return named.exists()
+    return str(failed) != str(named)
+
+
+_WHAT: dict[DefinitionKind, str] = {
+    "index": "index",
+    "knowledgeSource": "knowledge source",
+    "knowledgeBase": "knowledge base",
+}
 
 
 def not_found(what: str, name: str) -> ResourceNotFoundError:

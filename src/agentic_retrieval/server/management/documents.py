@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from agentic_retrieval.errors import StoreNotFoundError, StoreUnavailableError
 from agentic_retrieval.kb.index_documents import IndexDocuments, IndexingResult, SearchParameters
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.errors import ApiError
@@ -22,9 +23,10 @@ from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
-    in_thread,
+    in_store_thread,
     not_found,
     read_access,
+    store_is_gone,
 )
 from agentic_retrieval.server.requests import read_json_object
 
@@ -54,7 +56,9 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         documents = _documents(management, name)
         body = await read_json_object(request)
         batch = documents.validate_batch(body.get("value"))
-        results = await in_thread(_apply, management, name, documents, batch)
+        results = await in_store_thread(
+            management, "index", name, _apply, management, name, documents, batch
+        )
         status = 200 if all(r.succeeded for r in results) else 207
         return JSONResponse({"value": [r.to_wire() for r in results]}, status_code=status)
 
@@ -62,14 +66,17 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         grant = check_request(request, management.keys, "query")
         access = await read_access(request, management, grant)
         documents = _documents(management, name)
-        return PlainTextResponse(str(await in_thread(documents.count_visible, access)))
+        visible = await in_store_thread(management, "index", name, documents.count_visible, access)
+        return PlainTextResponse(str(visible))
 
     async def lookup(name: str, key: str, request: Request) -> JSONResponse:
         grant = check_request(request, management.keys, "query")
         access = await read_access(request, management, grant)
         documents = _documents(management, name)
         select = _names(request.query_params.get("$select"))
-        found = await in_thread(documents.lookup, key, select, access=access)
+        found = await in_store_thread(
+            management, "index", name, documents.lookup, key, select, access=access
+        )
         if found is None:
             raise not_found("document", key)
         return JSONResponse(found)
@@ -97,7 +104,12 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
 
 def _documents(management: Management, name: str) -> IndexDocuments:
     _, catalog = management.require_service()
-    documents = catalog.index_documents(name)
+    try:
+        documents = catalog.index_documents(name)
+    except (StoreUnavailableError, StoreNotFoundError) as exc:
+        if store_is_gone(management, "index", name, exc):  # deleted while being opened
+            raise not_found("index", name) from None
+        raise
     if documents is None:
         raise not_found("index", name)
     return documents
@@ -128,7 +140,8 @@ async def _search(
 ) -> JSONResponse:
     documents = _documents(management, name)
     params = search_parameters(raw)
-    return JSONResponse(await in_thread(documents.search, params, access=access))
+    body = await in_store_thread(management, "index", name, documents.search, params, access=access)
+    return JSONResponse(body)
 
 
 def search_parameters(raw: Mapping[str, Any]) -> SearchParameters:

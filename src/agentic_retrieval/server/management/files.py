@@ -25,6 +25,8 @@ from agentic_retrieval.errors import (
     AgenticRetrievalError,
     InvalidRequestError,
     ResourceNotFoundError,
+    StoreNotFoundError,
+    StoreUnavailableError,
 )
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
 from agentic_retrieval.kb.files import FileOutcome, FileUpload, SourceFiles
@@ -33,10 +35,11 @@ from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
-    in_thread,
+    in_store_thread,
     list_body,
     not_found,
     page,
+    store_is_gone,
 )
 
 
@@ -47,7 +50,9 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         check_request(request, management.keys, "admin")
         files = _files(management, name)
         received = await read_upload(request)
-        outcome = await in_thread(_ingest, management, name, files.upload, received)
+        outcome = await in_store_thread(
+            management, "knowledgeSource", name, _ingest, management, name, files.upload, received
+        )
         return JSONResponse(outcome.file, status_code=201)
 
     async def update(name: str, file_id: str, request: Request) -> JSONResponse:
@@ -58,7 +63,9 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         def replace(upload: FileUpload) -> FileOutcome:
             return files.update(file_id, upload)
 
-        outcome = await in_thread(_ingest, management, name, replace, received)
+        outcome = await in_store_thread(
+            management, "knowledgeSource", name, _ingest, management, name, replace, received
+        )
         return JSONResponse(outcome.file)
 
     async def list_files(name: str, request: Request) -> Any:
@@ -68,7 +75,7 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         search = request.query_params.get("search") or ""
         chosen = [
             (f"{f['fileName']}\x00{f['fileId']}", f)
-            for f in await in_thread(files.all)
+            for f in await in_store_thread(management, "knowledgeSource", name, files.all)
             if f["fileName"].startswith(prefix)
             and f["fileName"].rpartition("/")[2].startswith(search)
         ]
@@ -77,14 +84,19 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
 
     async def get(name: str, file_id: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "admin")
-        found = await in_thread(_files(management, name).get, file_id)
+        found = await in_store_thread(
+            management, "knowledgeSource", name, _files(management, name).get, file_id
+        )
         if found is None:
             raise _no_file(name, file_id)
         return JSONResponse(found)
 
     async def delete(name: str, file_id: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
-        if not await in_thread(_files(management, name).delete, file_id):
+        deleted = await in_store_thread(
+            management, "knowledgeSource", name, _files(management, name).delete, file_id
+        )
+        if not deleted:
             raise _no_file(name, file_id)
         return Response(status_code=204)
 
@@ -177,8 +189,15 @@ def _files(management: Management, name: str) -> SourceFiles:
     stored = service.get("knowledgeSource", name)
     if stored is None:
         raise not_found("knowledge source", name)
-    documents = catalog.file_documents(name)
+    try:
+        documents = catalog.file_documents(name)
+    except (StoreUnavailableError, StoreNotFoundError) as exc:
+        if store_is_gone(management, "knowledgeSource", name, exc):  # deleted meanwhile
+            raise not_found("knowledge source", name) from None
+        raise
     if documents is None:
+        if service.get("knowledgeSource", name) is None:  # deleted meanwhile
+            raise not_found("knowledge source", name)
         raise InvalidRequestError(
             f"The knowledge source '{name}' is of kind {stored.body.get('kind')!r}; files "
             "belong to knowledge sources of kind 'file'."

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from agentic_retrieval.errors import SourceError, StoreClosedError, StoreUnavailableError
 from agentic_retrieval.odata import Expr, ODataError, and_filters, parse_filter
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.sources.base import (
@@ -89,20 +90,35 @@ class DocumentKnowledgeSource:
             FilterNotSupportedError: The composed filter is not valid OData.
             PermissionsNotEnforceableError: Permissions are enforced and the store holds
                 none.
+            SourceError: ``KnowledgeSourceUnavailable`` when the store was deleted or its
+                file is damaged or missing.
         """
         text = and_filters(self.base_filter, query.filter)
         try:
             expr = parse_filter(text) if text else None
         except ODataError as exc:
             raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
-        return await asyncio.to_thread(self._search, query.text, query.top, expr, query.access)
+        try:
+            return await asyncio.to_thread(self._search, query.text, query.top, expr, query.access)
+        except StoreClosedError:
+            # deleted while this run was under way: an error record, not a failure
+            raise SourceError(
+                "KnowledgeSourceUnavailable",
+                f"knowledge source '{self.name}' was deleted while it was being searched",
+            ) from None
+        except StoreUnavailableError as exc:
+            raise SourceError(
+                "KnowledgeSourceUnavailable",
+                f"knowledge source '{self.name}' is unavailable: {exc.reason}",
+            ) from None
 
     def _search(self, text: str, top: int, expr: Expr | None, access: Access) -> list[Hit]:
         per_unit = self.kind == "searchIndex"
-        found = self.documents.search(
-            text, top=top, filter_expr=expr, per_unit=per_unit, access=access
-        )
-        return [self._to_hit(hit) for hit in found]
+        with self.documents.store.lease():  # the hits' documents are read before a delete
+            found = self.documents.search(
+                text, top=top, filter_expr=expr, per_unit=per_unit, access=access
+            )
+            return [self._to_hit(hit) for hit in found]
 
     def _to_hit(self, hit: DocumentHit) -> Hit:
         chunk = hit.chunk
