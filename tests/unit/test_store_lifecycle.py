@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentic_retrieval.errors import StoreClosedError, StoreError, StoreUnavailableError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.kb.service import STORES_DIR, ServiceDirectory
 from agentic_retrieval.sources.local import LocalStore
 from agentic_retrieval.sources.local.store import ChunkRecord, FileState
@@ -163,3 +164,16 @@ def test_deleting_a_definition_closes_its_store_after_its_readers(tmp_path):
         store.search("harbour")
     with pytest.raises(StoreClosedError):  # this process never opens it again
         service.store(stored)
+
+
+def test_a_directory_closes_the_sources_another_process_removed(tmp_path):
+    serving = KnowledgeBaseDirectory(tmp_path / "kb").create("kb")
+    serving.add_or_update_source("a")
+    serving.add_or_update_source("b")
+    opened = serving.open_source("a")
+    kept = serving.open_source("b")
+    KnowledgeBaseDirectory(tmp_path / "kb").load().remove_source("a")  # the other process
+    serving.load()
+    assert opened.store.closed
+    assert not kept.store.closed
+    assert serving.source_names == ["b"]
