@@ -18,7 +18,9 @@ records file, into a new store, with the library's own indexer (``_Indexer``):
 - ``stream + txn N``: also one transaction per N records (``LocalStore.transaction()``: each
   record still a savepoint, so a failing record is undone alone);
 - ``... + cache``: also a 64 MB page cache (``PRAGMA cache_size``) so a batch's pages are
-  written once.
+  written once;
+- ``... + nofts``: without the FTS5 triggers - the SQLite part of a store whose lexical index
+  is tantivy (whose own writes are measured by ``bench_scale_engines.py``).
 
     .venv/bin/python benchmarks/bench_scale_ingest.py --records records_120000.jsonl \\
         --work /work/scratch/scale21/ingest
@@ -44,8 +46,11 @@ CHILD = textwrap.dedent(
     from agentic_retrieval.sources.local.store import LocalStore
 
     records, db, mode = sys.argv[1:4]
-    batch, cache = int(sys.argv[4]), int(sys.argv[5])
+    batch, cache, nofts = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
     store = LocalStore(db, create=True)
+    if nofts:  # the SQLite part of a store whose lexical index lives elsewhere (tantivy)
+        for trigger in ("chunks_ai", "chunks_ad", "chunks_au"):
+            store._connection().execute(f"DROP TRIGGER {trigger}")
     if cache:
         store._connection().execute(f"PRAGMA cache_size = -{cache * 1024}")
     if mode == "today":
@@ -71,7 +76,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(records: Path, db: Path, mode: str, batch: int, cache_mb: int) -> dict[str, float]:
+def run_child(
+    records: Path, db: Path, mode: str, batch: int, cache_mb: int, nofts: bool
+) -> dict[str, float]:
     for suffix in ("", "-wal", "-shm", ".lock"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     command = [
@@ -128,8 +135,9 @@ def main() -> int:
     for variant in args.variants.split(","):
         mode = "today" if variant == "today" else "stream"
         batch = int(variant.split("txn")[1].split("+")[0]) if "txn" in variant else 1
-        cache = 64 if variant.endswith("+cache") else 0
-        r = run_child(args.records, args.work / f"{variant}.sqlite", mode, batch, cache)
+        cache = 64 if "+cache" in variant else 0
+        nofts = "+nofts" in variant
+        r = run_child(args.records, args.work / f"{variant}.sqlite", mode, batch, cache, nofts)
         print(
             f"| {variant} | {r['chunks']:,} | {r['cpu_s']:.0f} | {r['chunks'] / r['cpu_s']:,.0f} "
             f"| {r['wall_s']:.0f} | {r['rss_mb']:,.0f} | {r['written_mb']:,.0f} "
