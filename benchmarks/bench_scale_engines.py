@@ -104,6 +104,11 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 1e6
 
 
+def written_mb() -> float:
+    """Bytes this process has caused to be written to storage (``/proc/self/io``)."""
+    return psutil.Process().io_counters().write_bytes / 1e6
+
+
 def query_terms(text: str) -> list[str]:
     """The store's query terms (stopwords dropped, at most MAX_QUERY_TERMS), as FTS5 gets them."""
     match = fts_match_expression(text)
@@ -167,7 +172,7 @@ def build_tantivy(db: Path, path: Path, threads: int) -> dict[str, float]:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     index = open_tantivy(path)
-    started, cpu, rss = time.perf_counter(), time.process_time(), rss_mb()
+    started, cpu, rss, written = time.perf_counter(), time.process_time(), rss_mb(), written_mb()
     writer = index.writer(heap_size=256_000_000, num_threads=threads)
     count = 0
     for row in chunk_rows(db):
@@ -181,6 +186,7 @@ def build_tantivy(db: Path, path: Path, threads: int) -> dict[str, float]:
         "cpu_s": time.process_time() - cpu,
         "rss_growth_mb": rss_mb() - rss,
         "disk_mb": sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6,
+        "written_mb": written_mb() - written,
     }
 
 
@@ -738,7 +744,8 @@ def main() -> int:
         print(
             f"tantivy build: {built['docs']:,} chunks in {built['wall_s']:.0f} s (CPU "
             f"{built['cpu_s']:.0f} s, {args.threads} indexing thread(s)); index "
-            f"{built['disk_mb']:,.0f} MB on disk; RSS growth {built['rss_growth_mb']:,.0f} MB",
+            f"{built['disk_mb']:,.0f} MB on disk ({built['written_mb']:,.0f} MB written); "
+            f"RSS growth {built['rss_growth_mb']:,.0f} MB",
             flush=True,
         )
     rss_before = rss_mb()
