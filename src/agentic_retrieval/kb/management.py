@@ -221,8 +221,8 @@ def refuse_reserved(name: str, reserved: Collection[str]) -> None:
     """Refuse to change a knowledge base served read-only from a ``--kb`` directory."""
     if name in reserved:
         raise ResourceConflictError(
-            f"The knowledge base '{name}' is served from a directory (--kb) and is read-only "
-            "over REST; change it with the command line."
+            f"The knowledge base '{name}' is served from a knowledge-base directory and is "
+            "read-only over REST."
         )
 
 

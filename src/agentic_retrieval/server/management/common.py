@@ -66,7 +66,7 @@ class Management:
             raise ApiError(
                 400,
                 "This server has no data directory, so it cannot create, change or delete "
-                "anything: start it with 'agentic-retrieval serve --data DIR'.",
+                "anything: its knowledge bases are served read-only.",
                 code="ManagementNotEnabled",
             )
         return self.service, self.catalog

@@ -9,13 +9,18 @@ keys write. Reads with a query key see only the documents the caller's identity 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from agentic_retrieval.errors import StoreNotFoundError, StoreUnavailableError
+from agentic_retrieval.errors import (
+    PermissionsNotEnforceableError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
 from agentic_retrieval.kb.index_documents import IndexDocuments, IndexingResult, SearchParameters
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.errors import ApiError
@@ -66,7 +71,10 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         grant = check_request(request, management.keys, "query")
         access = await read_access(request, management, grant)
         documents = _documents(management, name)
-        visible = await in_store_thread(management, "index", name, documents.count_visible, access)
+        with _permissions_named(name):
+            visible = await in_store_thread(
+                management, "index", name, documents.count_visible, access
+            )
         return PlainTextResponse(str(visible))
 
     async def lookup(name: str, key: str, request: Request) -> JSONResponse:
@@ -140,8 +148,23 @@ async def _search(
 ) -> JSONResponse:
     documents = _documents(management, name)
     params = search_parameters(raw)
-    body = await in_store_thread(management, "index", name, documents.search, params, access=access)
+    with _permissions_named(name):
+        body = await in_store_thread(
+            management, "index", name, documents.search, params, access=access
+        )
     return JSONResponse(body)
+
+
+@contextmanager
+def _permissions_named(index: str) -> Iterator[None]:
+    """The store's "no permission metadata" (403) said in the index's terms."""
+    try:
+        yield
+    except PermissionsNotEnforceableError:
+        raise PermissionsNotEnforceableError(
+            f"index '{index}' holds no permission metadata (it has no permissionFilter "
+            "fields), so a query key cannot read its documents while permissions are enforced"
+        ) from None
 
 
 def search_parameters(raw: Mapping[str, Any]) -> SearchParameters:

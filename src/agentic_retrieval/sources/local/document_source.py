@@ -15,7 +15,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from agentic_retrieval.errors import SourceError, StoreClosedError, StoreUnavailableError
+from agentic_retrieval.errors import (
+    PermissionsNotEnforceableError,
+    SourceError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
 from agentic_retrieval.odata import Expr, ODataError, and_filters, parse_filter
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.sources.base import (
@@ -111,6 +116,19 @@ class DocumentKnowledgeSource:
                 "KnowledgeSourceUnavailable",
                 f"knowledge source '{self.name}' is unavailable: {exc.reason}",
             ) from None
+        except PermissionsNotEnforceableError:
+            raise PermissionsNotEnforceableError(self._no_permissions()) from None
+
+    def _no_permissions(self) -> str:
+        """Why enforced permissions stop this source, in the service's own terms."""
+        if self.kind == "searchIndex":
+            fix = f"give its index '{self.index_name}' permissionFilter fields (userIds, groupIds)"
+        else:
+            fix = "list userIds or groupIds in its ingestionPermissionOptions and upload again"
+        return (
+            f"knowledge source '{self.name}' holds no permission metadata, so it cannot be "
+            f"searched while permissions are enforced: {fix}"
+        )
 
     def _search(self, text: str, top: int, expr: Expr | None, access: Access) -> list[Hit]:
         per_unit = self.kind == "searchIndex"

@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval.errors import StoreUnavailableError
+from agentic_retrieval.errors import PermissionsNotEnforceableError, StoreUnavailableError
 from agentic_retrieval.odata import (
     Expr,
     FieldKind,
@@ -154,6 +154,12 @@ class LocalKnowledgeSource:
         except asyncio.CancelledError:
             cancel.set()  # the worker thread's SQLite statement stops too, not only the wait
             raise
+        except PermissionsNotEnforceableError:
+            raise PermissionsNotEnforceableError(
+                f"knowledge source '{self.name}' holds no permission metadata (it was indexed "
+                "without permissions), so it cannot be searched while permissions are "
+                "enforced; index it again with permissions"
+            ) from None
         except StoreUnavailableError as exc:
             raise SourceError(
                 "KnowledgeSourceUnavailable",

@@ -1025,10 +1025,10 @@ class LocalStore:
             return None, []
         summary = self.access_summary()
         if access.enforce and not summary.has_permissions and summary.unmarked:
+            # no file name, no command line: callers (sources, indexes) name themselves
             raise PermissionsNotEnforceableError(
-                f"the store {self.path.name} holds no permission metadata (it was indexed "
-                "without permissions), so it cannot be searched while permissions are "
-                "enforced; index it again with permissions (e.g. --allow-group, --public)"
+                "the store holds no permission metadata (it was indexed without permissions), "
+                "so it cannot be searched while permissions are enforced"
             )
         if not summary.restricted and not (access.enforce and summary.unmarked):
             return None, []
