@@ -183,3 +183,15 @@ ANONYMOUS = Access()
 """No identity, not enforced: public, unmarked, nothing restricted."""
 ELEVATED = Access(elevated=True)
 """Every document, whatever its permissions (administrators only)."""
+
+
+def permission_field_filter_message(name: str) -> str:
+    """Why a filter may not name ``name``, a field holding document permissions.
+
+    Its values are applied from the caller's identity; as a filter it would match nothing
+    useful. Said the same by ``docs/search`` and by a retrieve's ``filterAddOn``.
+    """
+    return (
+        f"'{name}' is a permission field; permissions are applied from the caller's identity, "
+        "not from filters"
+    )

@@ -77,7 +77,9 @@ async def test_tool_errors_are_reported_not_crashes(base_url):
             {"query": "fares", "effort": "minimal", "filter": "title eq 'unterminated"},
         )
         nothing = await client.call_tool("knowledge_base_retrieve", {"effort": "minimal"})
-    assert bad_filter.is_error and "filterAddOn" in bad_filter.content[0].text
+    # named by the tool's own argument, not the REST field it becomes
+    assert bad_filter.is_error and "filter: " in bad_filter.content[0].text
+    assert "filterAddOn" not in bad_filter.content[0].text
     assert nothing.is_error and "query" in nothing.content[0].text
 
 

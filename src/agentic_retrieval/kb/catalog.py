@@ -32,6 +32,7 @@ from agentic_retrieval.kb.definitions import (
 from agentic_retrieval.kb.index_documents import IndexDocuments
 from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
 from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
@@ -39,6 +40,12 @@ from agentic_retrieval.sources.local.documents import DocumentStore
 
 T = TypeVar("T")
 
+FILE_FILTER_SCHEMA: dict[str, frozenset[FieldKind]] = {
+    "file_name": frozenset({"string"}),
+    "title": frozenset({"string"}),
+    "page": frozenset({"number"}),
+}
+"""What a filter on a file knowledge source's chunks may name."""
 MAX_CACHED = 512
 """Most live objects (knowledge bases, index documents, file stores) kept built at once."""
 
@@ -157,7 +164,8 @@ class ServiceCatalog:
             DocumentStore(self.service.store(stored)),
             kind="file",
             description=definition.description or "",
-            filterable_fields=("file_name", "title", "page"),
+            filterable_fields=list(FILE_FILTER_SCHEMA),
+            filter_schema=FILE_FILTER_SCHEMA,
         )
 
     def _index_source(self, definition: KnowledgeSourceDefinition) -> KnowledgeSource | None:
@@ -166,7 +174,7 @@ class ServiceCatalog:
         if params is None or documents is None:
             return None
         index = documents.index
-        hidden = {f.name for f in index.fields if f.permission_filter}
+        hidden = index.permission_field_names
         chosen = [f.name for f in params.source_data_fields or [] if f.name not in hidden]
         return DocumentKnowledgeSource(
             definition.name,
@@ -180,10 +188,10 @@ class ServiceCatalog:
                 for f in index.fields
                 if f.is_retrievable and not f.is_vector and not f.permission_filter
             ],
-            filterable_fields=[
-                f.name for f in index.fields if f.is_filterable and not f.permission_filter
-            ],
+            filterable_fields=list(index.filter_schema()),
             index_name=index.name,
+            filter_schema=index.filter_schema(),
+            permission_fields=hidden,
         )
 
 

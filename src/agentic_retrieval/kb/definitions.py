@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindError
+from agentic_retrieval.odata import FieldKind
 
 ETAG_FIELD = "@odata.etag"
 SUPPORTED_SOURCE_KINDS = ("searchIndex", "file")
@@ -65,6 +66,16 @@ MAX_KEY_CHARS = 1024
 _INDEX_NAME = re.compile(rf"[a-z0-9](?:[a-z0-9-]{{0,{MAX_NAME_CHARS - 2}}}[a-z0-9])?\Z")
 _RESOURCE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_NAME_CHARS - 1}}}\Z")
 _FIELD_NAME = re.compile(rf"[A-Za-z][A-Za-z0-9_]{{0,{MAX_NAME_CHARS - 1}}}\Z")
+_FIELD_KINDS: dict[str, frozenset[FieldKind]] = {
+    "Edm.String": frozenset({"string"}),
+    "Edm.Int32": frozenset({"number"}),
+    "Edm.Int64": frozenset({"number"}),
+    "Edm.Double": frozenset({"number"}),
+    "Edm.Boolean": frozenset({"boolean"}),
+    "Edm.DateTimeOffset": frozenset({"string"}),  # stored and compared as ISO 8601 text
+    "Edm.GeographyPoint": frozenset({"object"}),
+}
+"""The kinds of value a filter may compare each simple type with (collections: lists)."""
 MAX_TAGS = 10
 REDACTED = "<redacted>"
 """What a read shows instead of a model's API key (as Azure does)."""
@@ -192,6 +203,24 @@ class IndexDefinition(Definition):
         if self.permission_filter_option == "disabled":
             return {}
         return {f.permission_filter: f.name for f in self.fields if f.permission_filter}
+
+    @property
+    def permission_field_names(self) -> frozenset[str]:
+        """Every ``permissionFilter`` field: never filtered on, whatever the option says."""
+        return frozenset(f.name for f in self.fields if f.permission_filter)
+
+    def filter_schema(self) -> dict[str, frozenset[FieldKind]]:
+        """The fields a filter may name (filterable, not permission fields), with their kinds.
+
+        One schema for ``docs/search`` filters and a retrieve's ``filterAddOn``, so both
+        refuse the same filters.
+        """
+        hidden = self.permission_field_names
+        return {
+            f.name: _FIELD_KINDS.get(f.type, frozenset({"collection"}))
+            for f in self.fields
+            if f.is_filterable and f.name not in hidden
+        }
 
     @property
     def key_field(self) -> IndexField:

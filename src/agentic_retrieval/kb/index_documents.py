@@ -30,19 +30,13 @@ from typing import Any
 from agentic_retrieval.errors import InvalidRequestError, TooLargeError
 from agentic_retrieval.kb.definitions import MAX_KEY_CHARS, IndexDefinition, IndexField
 from agentic_retrieval.odata import (
-    All,
-    And,
-    Any_,
-    BoolField,
-    Compare,
     Expr,
-    Not,
     ODataError,
-    Or,
-    SearchIn,
+    check_fields,
+    filter_field_names,
     parse_filter,
 )
-from agentic_retrieval.permissions import Access, Permissions
+from agentic_retrieval.permissions import Access, Permissions, permission_field_filter_message
 from agentic_retrieval.sources.local.documents import DocumentStore
 from agentic_retrieval.sources.local.loaders import Section
 
@@ -323,17 +317,18 @@ class IndexDocuments:
             expr = parse_filter(text)
         except ODataError as exc:
             raise InvalidRequestError(f"filter: {exc}") from exc
-        for name in sorted(filter_fields(expr)):
+        for name in sorted(filter_field_names(expr)):
             spec = self._fields.get(name)
             if spec is None:
                 raise InvalidRequestError(f"filter: the index has no field {name!r}")
             if not spec.is_filterable:
                 raise InvalidRequestError(f"filter: field {name!r} is not filterable")
             if name in self._hidden:
-                raise InvalidRequestError(
-                    f"filter: {name!r} is a permission field; permissions are applied from "
-                    "the caller's identity, not from filters"
-                )
+                raise InvalidRequestError(f"filter: {permission_field_filter_message(name)}")
+        try:  # kinds of value, as a retrieve's filterAddOn is checked
+            check_fields(expr, self.index.filter_schema())
+        except ODataError as exc:
+            raise InvalidRequestError(f"filter: {exc}") from exc
         return expr
 
     def _query_vector(self, vector: Sequence[float] | None) -> list[float] | None:
@@ -348,17 +343,6 @@ class IndexDocuments:
                 f"{spec.name!r} has {spec.dimensions}"
             )
         return list(vector)
-
-
-def filter_fields(expr: Expr) -> set[str]:
-    """The top-level field names a filter reads."""
-    if isinstance(expr, Compare | BoolField | SearchIn | Any_ | All):
-        return {expr.field.path.split("/")[0]}
-    if isinstance(expr, And | Or):
-        return filter_fields(expr.left) | filter_fields(expr.right)
-    if isinstance(expr, Not):
-        return filter_fields(expr.operand)
-    return set()
 
 
 def _project(document: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:

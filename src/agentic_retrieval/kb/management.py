@@ -34,6 +34,8 @@ from agentic_retrieval.kb.service import (
     ServiceDirectory,
     StoredDefinition,
 )
+from agentic_retrieval.odata import ODataError, check_fields, filter_field_names, parse_filter
+from agentic_retrieval.permissions import permission_field_filter_message
 
 _FIXED_ATTRIBUTES = (
     "type",
@@ -113,11 +115,17 @@ def put_knowledge_source(
                 KnowledgeSourceDefinition.model_validate(current.body), source
             )
         index = source.index_name
-        if index is not None and view.get("index", index) is None:
+        if index is None:
+            return
+        stored_index = view.get("index", index)
+        if stored_index is None:
             raise InvalidDefinitionError(
                 f"searchIndexParameters.searchIndexName: no index named '{index}' exists; "
                 "create it first"
             )
+        params = source.search_index_parameters
+        if params is not None and params.base_filter:
+            check_base_filter(params.base_filter, IndexDefinition.model_validate(stored_index.body))
 
     stored = _stored_body(source.to_wire())
     if stored.get("fileParameters") is not None:
@@ -130,6 +138,26 @@ def put_knowledge_source(
         check=check,
         with_store=source.kind == "file",
     )
+
+
+def check_base_filter(text: str, index: IndexDefinition) -> None:
+    """Refuse a ``baseFilter`` that every search of the source would fail on or ignore.
+
+    It is checked as a ``filterAddOn`` or a ``docs/search`` filter is: valid OData, naming
+    the index's filterable fields with values of their kinds, and no permission field.
+
+    Raises:
+        InvalidDefinitionError: Naming the field.
+    """
+    where = "searchIndexParameters.baseFilter"
+    try:
+        expr = parse_filter(text)
+        refused = sorted(filter_field_names(expr) & index.permission_field_names)
+        if refused:
+            raise InvalidDefinitionError(f"{where}: {permission_field_filter_message(refused[0])}")
+        check_fields(expr, index.filter_schema())
+    except ODataError as exc:
+        raise InvalidDefinitionError(f"{where}: {exc}") from exc
 
 
 def put_knowledge_base(

@@ -57,6 +57,7 @@ from agentic_retrieval.odata.fields import (
     FilterFieldError,
     check_fields,
     describe_schema,
+    filter_field_names,
     merge_schemas,
 )
 from agentic_retrieval.odata.parser import parse_filter
@@ -88,6 +89,7 @@ __all__ = [
     "compile_predicate",
     "describe_schema",
     "evaluate_filter",
+    "filter_field_names",
     "merge_schemas",
     "parse_filter",
     "to_sql",

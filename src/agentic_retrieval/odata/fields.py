@@ -60,6 +60,17 @@ def check_fields(expr: Expr, schema: FieldSchema) -> None:
     _Checker(schema).check(expr, frozenset())
 
 
+def filter_field_names(expr: Expr) -> set[str]:
+    """The top-level field names a filter reads (``address`` for ``address/city``)."""
+    if isinstance(expr, Compare | BoolField | SearchIn | Any_ | All):
+        return {expr.field.path.split("/")[0]}
+    if isinstance(expr, And | Or):
+        return filter_field_names(expr.left) | filter_field_names(expr.right)
+    if isinstance(expr, Not):
+        return filter_field_names(expr.operand)
+    return set()
+
+
 def merge_schemas(*schemas: FieldSchema) -> dict[str, frozenset[FieldKind]]:
     """One schema for a filter sent to several sources: every field of any, with every kind."""
     merged: dict[str, frozenset[FieldKind]] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -173,7 +174,7 @@ def build_mcp_server(
         except ModelRequiredError as exc:
             raise ToolError(model_required_message(exc)) from exc
         except (InvalidRequestError, IdentityRequiredError) as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(in_argument_names(str(exc))) from exc
         except Exception as exc:  # a bug: its text goes to the log, never to the client
             request_id = uuid.uuid4().hex
             logger.error("MCP tool call %s failed", request_id, exc_info=exc)
@@ -224,6 +225,18 @@ async def _run(
     if final is None:
         raise RuntimeError("the event stream ended without response.completed or error")
     return final
+
+
+_FILTER_ADD_ON = re.compile(r"knowledgeSourceParams\[[^\]]*\]\.filterAddOn: ")
+
+
+def in_argument_names(message: str) -> str:
+    """A request error said with the tool's argument names.
+
+    ``filter``, not each source's ``filterAddOn``: the tool sends its one filter to every
+    source.
+    """
+    return _FILTER_ADD_ON.sub("filter: ", message)
 
 
 def model_required_message(exc: ModelRequiredError) -> str:

@@ -10,7 +10,9 @@ filter naming an unknown field or comparing one with the wrong kind of value is 
 before the search (HTTP 400, exit code 2) instead of silently matching nothing. A source
 without that knowledge (a LangChain store, Azure AI Search, which validates filters itself)
 gets the filter as written: its own error, if any, becomes an error activity record.
-:class:`PermissionTrimmingKnowledgeSource` returns only what ``SearchQuery.identity`` may see.
+:class:`FilterCheckingKnowledgeSource` refuses filters naming fields it never filters on (its
+permission fields). :class:`PermissionTrimmingKnowledgeSource` returns only what
+``SearchQuery.identity`` may see.
 While a run enforces permissions, a source without that capability is never searched (its
 activity record carries a ``PermissionsNotEnforced`` error) rather than answering unfiltered.
 
@@ -35,6 +37,7 @@ from agentic_retrieval.errors import (
     PermissionsNotEnforceableError as PermissionsNotEnforceableError,
 )
 from agentic_retrieval.errors import SourceError as SourceError
+from agentic_retrieval.odata.ast import Expr
 from agentic_retrieval.odata.fields import FieldSchema
 from agentic_retrieval.permissions import Access, Identity
 
@@ -136,6 +139,21 @@ class TypedFilterableKnowledgeSource(KnowledgeSource, Protocol):
 
     def filter_schema(self) -> FieldSchema:
         """Each filterable field with the kinds of value it holds."""
+        ...
+
+
+@runtime_checkable
+class FilterCheckingKnowledgeSource(KnowledgeSource, Protocol):
+    """Optional capability: a source that refuses some filters meant for it outright.
+
+    A caller's filter for this source (a ``filterAddOn`` naming it) is passed to
+    :meth:`check_filter` before the search, whatever other sources the knowledge base holds:
+    a field the source keeps but never filters on (a permission field, whose values come
+    from the caller's identity) is an error there rather than a filter that matches nothing.
+    """
+
+    def check_filter(self, expr: Expr) -> None:
+        """Raise :class:`~agentic_retrieval.odata.FilterFieldError` naming a refused field."""
         ...
 
 

@@ -39,7 +39,11 @@ from agentic_retrieval.odata import (
     merge_schemas,
     parse_filter,
 )
-from agentic_retrieval.sources.base import KnowledgeSource, TypedFilterableKnowledgeSource
+from agentic_retrieval.sources.base import (
+    FilterCheckingKnowledgeSource,
+    KnowledgeSource,
+    TypedFilterableKnowledgeSource,
+)
 from agentic_retrieval.state import EffortChoice, InputState, choose_effort, planner_for
 from agentic_retrieval.wire.models import (
     ActivityRecord,
@@ -142,11 +146,12 @@ def check_request(request: RetrieveRequest, context: Context, bindings: Bindings
         except ValueError as exc:
             raise InvalidRequestError(str(exc)) from exc
         if params.filter_add_on:
+            source = sources[params.knowledge_source_name]
             try:
                 expr = parse_filter(params.filter_add_on)
-                if isinstance(
-                    sources[params.knowledge_source_name], TypedFilterableKnowledgeSource
-                ):
+                if isinstance(source, FilterCheckingKnowledgeSource):
+                    source.check_filter(expr)  # e.g. its permission fields
+                if isinstance(source, TypedFilterableKnowledgeSource):
                     check_fields(expr, known_fields(sources))
             except ODataError as exc:
                 raise InvalidRequestError(

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from agentic_retrieval.errors import (
@@ -21,8 +21,17 @@ from agentic_retrieval.errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
-from agentic_retrieval.odata import Expr, ODataError, and_filters, parse_filter
-from agentic_retrieval.permissions import Access
+from agentic_retrieval.odata import (
+    Expr,
+    FieldKind,
+    FieldSchema,
+    FilterFieldError,
+    ODataError,
+    and_filters,
+    filter_field_names,
+    parse_filter,
+)
+from agentic_retrieval.permissions import Access, permission_field_filter_message
 from agentic_retrieval.sources.base import (
     FilterNotSupportedError,
     Hit,
@@ -31,6 +40,11 @@ from agentic_retrieval.sources.base import (
 )
 from agentic_retrieval.sources.local.documents import CHUNK_SEPARATOR, DocumentHit, DocumentStore
 from agentic_retrieval.sources.local.store import StoredHit
+
+ANY_KIND: frozenset[FieldKind] = frozenset(
+    {"string", "number", "boolean", "collection", "object", "null"}
+)
+"""The kinds of a field whose values are not known (every comparison is accepted)."""
 
 
 class DocumentKnowledgeSource:
@@ -48,6 +62,11 @@ class DocumentKnowledgeSource:
         filterable_fields: Fields usable in filters (shown to the planner).
         index_name: The index a ``searchIndex`` source reads (its references' citationUrl
             points at the index document on the serving endpoint).
+        filter_schema: Each field a filter may name with its kinds of value: a caller's
+            filter naming another field, or comparing one with the wrong kind of value, is
+            refused before the search (default: ``filterable_fields``, any kind).
+        permission_fields: Fields that hold document permissions: a filter naming one is
+            refused (permissions come from the caller's identity).
     """
 
     def __init__(
@@ -62,6 +81,8 @@ class DocumentKnowledgeSource:
         retrievable_fields: Sequence[str] = (),
         filterable_fields: Sequence[str] = (),
         index_name: str | None = None,
+        filter_schema: FieldSchema | None = None,
+        permission_fields: Collection[str] = (),
     ) -> None:
         self.name = name
         self.index_name = index_name
@@ -71,11 +92,27 @@ class DocumentKnowledgeSource:
         self.base_filter = base_filter
         self._source_fields = list(source_data_fields or retrievable_fields)
         self._filterable = list(filterable_fields)
+        self._schema = dict(filter_schema or dict.fromkeys(self._filterable, ANY_KIND))
+        self._permission_fields = frozenset(permission_fields)
 
     @property
     def filterable_fields(self) -> Sequence[str]:
         """Fields usable in this source's filters."""
         return self._filterable
+
+    def filter_schema(self) -> FieldSchema:
+        """Each field a filter may name, with the kinds of value it holds."""
+        return self._schema
+
+    def check_filter(self, expr: Expr) -> None:
+        """Refuse a filter naming a permission field (it would match nothing).
+
+        Raises:
+            FilterFieldError: Naming the field.
+        """
+        refused = sorted(filter_field_names(expr) & self._permission_fields)
+        if refused:
+            raise FilterFieldError(permission_field_filter_message(refused[0]))
 
     def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
         """The index document's URL on ``endpoint`` (``searchIndex`` sources served over REST)."""
