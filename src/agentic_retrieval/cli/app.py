@@ -1091,6 +1091,7 @@ def _served_names(kb: list[Path], data: Path | None) -> list[str]:
         except OSError as exc:
             raise UserError(f"--data {data}: {exc.strerror or exc}") from None
         service.remove_orphans()
+        service.reconcile_ingestion()  # runs a killed server left "in progress"
         names += [d.name for d in service.definitions("knowledgeBase")]
         service.close()
     return names

@@ -7,6 +7,7 @@ Layout::
                                 # with their ETags, a generation counter, ingestion history
       stores/<kind>-<name>-<token>.sqlite
                                 # one embedded store per index and per file knowledge source
+      runs/<run id>.lock        # held by the process running that ingestion run
 
 Every definition change is one SQLite transaction (``BEGIN IMMEDIATE``): several processes
 (``serve --workers N``) share the directory, one writer at a time, and a reader sees a
@@ -18,6 +19,13 @@ deleted) run inside the same transaction, so they cannot race.
 A store file is named with a random token, so deleting and re-creating an index never hands
 another process's open connection the new file; a file no definition names (left by a
 process killed between creating it and committing) is removed by :meth:`remove_orphans`.
+
+An ingestion run (a document batch, a file upload) is reported in progress only while the
+process running it is alive: it holds ``runs/<run id>.lock`` for the run's length, and a run
+whose lock nobody holds (its process was killed) is recorded as the last run, interrupted,
+when a status is read (or at start-up, :meth:`reconcile_ingestion`). Its writes were one
+transaction per document or file, so each is fully written or absent; the status never
+shows a run in progress that nobody is running.
 """
 
 from __future__ import annotations
@@ -27,12 +35,15 @@ import logging
 import secrets
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+
+from filelock import FileLock, Timeout
 
 from agentic_retrieval.errors import PreconditionFailedError, StoreClosedError
 from agentic_retrieval.sources.local.store import LocalStore
@@ -42,6 +53,12 @@ logger = logging.getLogger(__name__)
 DefinitionKind = Literal["index", "knowledgeSource", "knowledgeBase"]
 DATABASE_NAME = "service.sqlite"
 STORES_DIR = "stores"
+RUNS_DIR = "runs"
+INTERRUPTED = (
+    "interrupted: the service stopped before this run finished; each document or file it "
+    "had not finished was rolled back, and what it had finished is stored"
+)
+"""The error an interrupted ingestion run is recorded with."""
 _BUSY_TIMEOUT_MS = 30_000
 
 _SCHEMA = """
@@ -65,6 +82,11 @@ CREATE TABLE IF NOT EXISTS ingestion (
     total_items INTEGER NOT NULL DEFAULT 0,
     current TEXT,
     last TEXT
+);
+CREATE TABLE IF NOT EXISTS ingestion_runs (
+    run TEXT PRIMARY KEY,
+    store TEXT NOT NULL,
+    state TEXT NOT NULL
 );
 """
 
@@ -354,18 +376,42 @@ class ServiceDirectory:
 
     @contextmanager
     def ingestion_run(self, store: str) -> Iterator[RunRecorder]:
-        """Record one ingestion run of ``store``: in progress while the block runs."""
-        recorder = RunRecorder(start_time=_now())
-        self._set_current(store, recorder.snapshot())
-        started = datetime.now(UTC)
+        """Record one ingestion run of ``store``: in progress while the block runs.
+
+        The run's lock is held from before it is recorded in progress until after it is
+        recorded finished, so a reader that finds it in progress with its lock free knows
+        its process died.
+        """
+        run_id = uuid.uuid4().hex
+        lock = self._run_lock(run_id)
+        lock.acquire()
         try:
-            yield recorder
+            recorder = RunRecorder(start_time=_now())
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT INTO ingestion_runs(run, store, state) VALUES (?, ?, ?)",
+                    (run_id, store, _run_json(recorder.snapshot())),
+                )
+            started = datetime.now(UTC)
+            try:
+                yield recorder
+            finally:
+                elapsed = (datetime.now(UTC) - started).total_seconds()
+                self._finish_run(store, recorder.snapshot(end_time=_now()), elapsed, run_id)
         finally:
-            elapsed = (datetime.now(UTC) - started).total_seconds()
-            self._finish_run(store, recorder.snapshot(end_time=_now()), elapsed)
+            lock.release()
+            Path(lock.lock_file).unlink(missing_ok=True)
 
     def ingestion(self, store: str) -> IngestionHistory:
-        """The ingestion history of ``store``."""
+        """The ingestion history of ``store``: the oldest run in progress, the last one.
+
+        A run in progress whose process died is recorded as the last run, interrupted.
+        """
+        live = [
+            state
+            for run_id, state in self._runs_in_progress(store)
+            if not self._settle_if_abandoned(store, run_id, state)
+        ]
         row = (
             self._connection()
             .execute(
@@ -375,26 +421,92 @@ class ServiceDirectory:
             )
             .fetchone()
         )
+        if row is not None and row[3]:  # recorded in progress by an earlier version
+            self._settle_if_abandoned(store, None, row[3])
+            return self.ingestion(store)
+        current = _run(live[0]) if live else None
         if row is None:
-            return IngestionHistory()
-        return IngestionHistory(row[0], row[1], row[2], _run(row[3]), _run(row[4]))
+            return IngestionHistory(current=current)
+        return IngestionHistory(row[0], row[1], row[2], current, _run(row[4]))
 
-    def _set_current(self, store: str, run: IngestionRun) -> None:
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO ingestion(store, current) VALUES (?, ?) "
-                "ON CONFLICT(store) DO UPDATE SET current = excluded.current",
-                (store, _run_json(run)),
-            )
+    def reconcile_ingestion(self) -> list[str]:
+        """Record every run in progress whose process died as interrupted; their stores.
 
-    def _finish_run(self, store: str, run: IngestionRun, seconds: float) -> None:
+        Reading a status does this for its store; call it at start-up to settle them all
+        (and remove the lock files killed runs left).
+        """
+        rows = self._connection().execute(
+            "SELECT run, store, state FROM ingestion_runs UNION ALL "
+            "SELECT NULL, store, current FROM ingestion WHERE current IS NOT NULL"
+        )
+        settled = sorted(
+            {
+                store
+                for run_id, store, state in rows.fetchall()
+                if self._settle_if_abandoned(store, run_id, state)
+            }
+        )
+        for leftover in (self.path / RUNS_DIR).glob("*.lock"):
+            self._unowned(leftover.stem)  # removes the file when no process holds it
+        if settled:
+            logger.warning("ingestion interrupted by a stopped service in: %s", settled)
+        return settled
+
+    def _runs_in_progress(self, store: str) -> list[tuple[str, str]]:
+        rows = self._connection().execute(
+            "SELECT run, state FROM ingestion_runs WHERE store = ? ORDER BY rowid", (store,)
+        )
+        return [(str(run_id), str(state)) for run_id, state in rows.fetchall()]
+
+    def _run_lock(self, run_id: str) -> FileLock:
+        (self.path / RUNS_DIR).mkdir(exist_ok=True)
+        return FileLock(self.path / RUNS_DIR / f"{run_id}.lock", timeout=0, thread_local=False)
+
+    def _unowned(self, run_id: str) -> bool:
+        """Whether no process holds run ``run_id``'s lock (then its lock file is removed)."""
+        lock = self._run_lock(run_id)
+        try:
+            lock.acquire()
+        except Timeout:
+            return False  # its process holds it: the run is live
+        lock.release()
+        Path(lock.lock_file).unlink(missing_ok=True)
+        return True
+
+    def _settle_if_abandoned(self, store: str, run_id: str | None, state: str) -> bool:
+        """Settle run ``run_id`` as the last run, interrupted, when no process runs it.
+
+        ``None`` is a run an earlier version recorded in progress (without a lock). Returns
+        whether the run was abandoned.
+        """
+        if run_id is not None and not self._unowned(run_id):
+            return False
+        data = json.loads(state)
+        data["errors"] = [*(data.get("errors") or []), {"errorMessage": INTERRUPTED}]
         with self._write() as conn:
+            if run_id is None:
+                settled = conn.execute(
+                    "UPDATE ingestion SET current = NULL WHERE store = ? AND current = ?",
+                    (store, state),
+                )
+            else:
+                settled = conn.execute("DELETE FROM ingestion_runs WHERE run = ?", (run_id,))
+            if settled.rowcount:  # not settled already by another reader
+                conn.execute(
+                    "INSERT INTO ingestion(store, last) VALUES (?, ?) "
+                    "ON CONFLICT(store) DO UPDATE SET last = excluded.last",
+                    (store, json.dumps(data)),
+                )
+        return True
+
+    def _finish_run(self, store: str, run: IngestionRun, seconds: float, run_id: str) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM ingestion_runs WHERE run = ?", (run_id,))
             conn.execute(
-                "INSERT INTO ingestion(store, runs, total_seconds, total_items, current, last) "
-                "VALUES (?, 1, ?, ?, NULL, ?) ON CONFLICT(store) DO UPDATE SET "
+                "INSERT INTO ingestion(store, runs, total_seconds, total_items, last) "
+                "VALUES (?, 1, ?, ?, ?) ON CONFLICT(store) DO UPDATE SET "
                 "runs = runs + 1, total_seconds = total_seconds + excluded.total_seconds, "
-                "total_items = total_items + excluded.total_items, current = NULL, "
-                "last = excluded.last",
+                "total_items = total_items + excluded.total_items, last = excluded.last",
                 (store, seconds, run.processed + run.failed + run.skipped, _run_json(run)),
             )
 
