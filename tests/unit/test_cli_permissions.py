@@ -114,6 +114,13 @@ def test_serve_refuses_a_partial_or_unsafe_token_configuration(kb, monkeypatch):
     missing = run("serve", "--kb", kb, "--jwt-issuer", "i", "--jwt-audience", "a",
                   "--jwt-jwks", kb / "no-such-jwks.json")  # fmt: skip
     assert missing.exit_code == 2 and "no-such-jwks.json" in missing.output
+    plain_http = run("serve", "--kb", kb, "--jwt-issuer", "i", "--jwt-audience", "a",
+                     "--jwt-jwks", "http://login.example/keys")  # fmt: skip
+    assert plain_http.exit_code == 2 and "must be fetched over https://" in plain_http.output
+    monkeypatch.setenv("AGENTIC_RETRIEVAL_JWT_JWKS", "http://login.example/keys")
+    from_env = run("serve", "--kb", kb, "--jwt-issuer", "i", "--jwt-audience", "a")
+    assert from_env.exit_code == 2 and "must be fetched over https://" in from_env.output
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_JWT_JWKS")
     no_tokens = run("serve", "--kb", kb, "--require-identity", "*")
     assert no_tokens.exit_code == 2 and "needs token validation" in no_tokens.output
     bad_env = run("serve", "--kb", kb, "--enforce-permissions", "--query-key-for", "nokey")

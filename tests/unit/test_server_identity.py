@@ -170,6 +170,19 @@ def test_require_identity_without_token_validation_does_not_start():
         ServerSettings(require_identity=["*"], read_env_keys=False)
 
 
+@pytest.mark.parametrize(
+    "jwks", ["http://login.example/keys", "HTTP://127.0.0.1:9/keys", "ftp://x/keys"]
+)
+def test_a_jwks_url_that_is_not_https_does_not_start(jwks):
+    with pytest.raises(ValueError, match=r"must be fetched over https://"):
+        TokenSettings(issuer=ISSUER, audience=AUDIENCE, jwks=jwks)
+
+
+def test_an_https_jwks_url_starts_and_fetches_keys_on_first_use():
+    tokens = TokenSettings(issuer=ISSUER, audience=AUDIENCE, jwks="https://login.example/keys")
+    assert settings(tokens=tokens).access_policy().tokens.remote  # nothing fetched yet
+
+
 def test_a_scoped_query_key_retrieves_from_its_knowledge_base_only(kbs, caplog):
     caplog.set_level(logging.DEBUG)
     with client(kbs) as c:

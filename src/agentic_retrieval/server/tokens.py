@@ -73,8 +73,9 @@ class TokenSettings:
         """Refuse settings that would accept tokens they should not.
 
         Raises:
-            ValueError: No issuer or audience, neither or both of ``jwks`` and ``secret``, or
-                a secret shorter than :data:`MIN_SECRET_BYTES`.
+            ValueError: No issuer or audience, neither or both of ``jwks`` and ``secret``, a
+                secret shorter than :data:`MIN_SECRET_BYTES`, or a JWKS URL that is not
+                ``https://`` (no exception for loopback: nothing needs one).
         """
         if not self.issuer.strip() or not self.audience.strip():
             raise ValueError("token validation needs both an issuer and an audience")
@@ -84,6 +85,12 @@ class TokenSettings:
             )
         if self.secret is not None and len(self.secret.encode()) < MIN_SECRET_BYTES:
             raise ValueError(f"the shared JWT secret must be at least {MIN_SECRET_BYTES} bytes")
+        if self.jwks is not None and "://" in self.jwks and not _is_https(self.jwks):
+            raise ValueError(
+                f"JWKS {self.jwks}: signing keys must be fetched over https:// (whoever can "
+                "answer a plain-HTTP request could hand over keys that accept any token); give "
+                "an https:// URL or a JWKS file"
+            )
 
     @classmethod
     def resolve(
@@ -142,7 +149,7 @@ class TokenValidator:
         self.settings = settings
         self._client: jwt.PyJWKClient | None = None
         self._keys: jwt.PyJWKSet | None = None
-        if settings.jwks and settings.jwks.startswith(("https://", "http://")):
+        if settings.jwks and _is_https(settings.jwks):
             self._client = jwt.PyJWKClient(settings.jwks, cache_keys=True, timeout=10)
         elif settings.jwks:
             try:
@@ -246,6 +253,10 @@ def bearer_token(value: str) -> str:
     if not token or " " in token:
         raise InvalidTokenError(f"send '{HEADER}: Bearer <token>'")
     return token
+
+
+def _is_https(location: str) -> bool:
+    return location[:8].lower() == "https://"
 
 
 def describe(settings: TokenSettings) -> str:
