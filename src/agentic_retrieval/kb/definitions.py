@@ -59,6 +59,10 @@ SUPPORTED_FIELD_TYPES = (
     *(f"Collection({t})" for t in SIMPLE_TYPES if t != "Edm.GeographyPoint"),
     *VECTOR_TYPES,
 )
+MAX_INDEX_FIELDS = 1000
+"""Most fields in an index: Azure's "maximum simple fields per index" on every tier but
+Basic (100). Azure counts every field, the key included (and sub-fields of complex fields,
+which this service does not support)."""
 MAX_NAME_CHARS = 128
 """Longest name of an index, knowledge source, knowledge base or field (Azure's naming rules)."""
 MAX_KEY_CHARS = 1024
@@ -137,6 +141,16 @@ class IndexField(BaseModel):
             )
         return value
 
+    @field_validator("fields")
+    @classmethod
+    def _no_sub_fields(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if value:
+            raise ValueError(
+                "sub-fields belong to complex fields (Edm.ComplexType), which this service "
+                "does not support"
+            )
+        return value
+
     @field_validator("type")
     @classmethod
     def _field_type(cls, value: str) -> str:
@@ -178,7 +192,7 @@ class IndexDefinition(Definition):
     """An index (``SearchIndex``): fields plus settings kept as given."""
 
     description: str | None = None
-    fields: list[IndexField] = Field(min_length=1, max_length=1000)
+    fields: list[IndexField] = Field(min_length=1)
     semantic: dict[str, Any] | None = None
     vector_search: dict[str, Any] | None = None
     scoring_profiles: list[dict[str, Any]] | None = None
@@ -196,6 +210,17 @@ class IndexDefinition(Definition):
     """Whether the ``permissionFilter`` fields trim searches. Unlike Azure (where an unset
     option leaves documents unfiltered), an index with permission fields trims unless this
     is ``disabled``: fail closed."""
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _at_most_max_fields(cls, value: Any) -> Any:
+        # before the fields are validated one by one: an oversized list is refused at once
+        if isinstance(value, list) and len(value) > MAX_INDEX_FIELDS:
+            raise ValueError(
+                f"an index has at most {MAX_INDEX_FIELDS} fields, the key field included "
+                f"(Azure's limit); this one has {len(value)}"
+            )
+        return value
 
     @property
     def permission_fields(self) -> dict[str, str]:
