@@ -73,3 +73,26 @@ async def test_a_knowledge_base_created_while_serving_is_an_mcp_server(tmp_path)
         gone = http.post("/knowledgebases/late/mcp", json={})
         assert gone.status_code == 404
         assert gone.json()["error"]["code"] == "KnowledgeBaseNotFound"
+
+
+async def test_deleting_knowledge_bases_stops_their_mcp_servers(tmp_path):
+    service = ServiceDirectory(tmp_path / "data")
+    settings = ServerSettings(api_keys=[KEY], read_env_keys=False)
+    app = create_app(settings=settings, service=service)
+    [mounts] = [r.endpoint for r in app.routes if getattr(r, "path", "").endswith("/mcp")][:1]
+    with running_server(app) as base:
+        http = httpx.Client(
+            base_url=base, headers={"api-key": KEY}, params={"api-version": "2026-10-01"}
+        )
+        assert http.put("/indexes('guides')", json=GUIDES_INDEX).status_code == 201
+        assert http.put("/knowledgesources('guides-ks')", json=SOURCE).status_code == 201
+        base_body = {"knowledgeSources": [{"name": "guides-ks"}]}
+        for n in range(6):  # create, serve over MCP, delete: a service's routine churn
+            name = f"churn{n}"
+            assert http.put(f"/knowledgebases('{name}')", json=base_body).status_code == 201
+            tool, _ = await call(f"{base}/knowledgebases/{name}/mcp", {"query": "pass"})
+            assert name in tool.description
+            assert http.delete(f"/knowledgebases('{name}')").status_code == 204
+        # each new server stops those of the deleted knowledge bases: one is left, not six
+        assert list(mounts._managers) == ["churn5"]
+        assert len([task for task in mounts._tasks if not task.done()]) == 1

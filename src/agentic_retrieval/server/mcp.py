@@ -332,7 +332,7 @@ class McpMounts:
         self.policy = policy or AccessPolicy()
         self.keys = keys
         self.host = host
-        self._managers: dict[str, StreamableHTTPSessionManager] = {}
+        self._managers: dict[str, tuple[StreamableHTTPSessionManager, asyncio.Event]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()
         self._stop: asyncio.Event | None = None
@@ -350,6 +350,8 @@ class McpMounts:
             yield
         finally:
             self._stop.set()
+            for _, stop in self._managers.values():
+                stop.set()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._tasks, self._managers, self._stop = [], {}, None
 
@@ -365,9 +367,10 @@ class McpMounts:
         except KeyError:
             return None
         async with self._lock:
-            manager = self._managers.get(name)
-            if manager is not None or self._stop is None:
-                return manager
+            running = self._managers.get(name)
+            if running is not None or self._stop is None:
+                return running[0] if running is not None else None
+            self._stop_deleted()
             server = build_mcp_server(kb, resolve=lambda: self._current(name))
             server.streamable_http_app(
                 stateless_http=True,
@@ -375,16 +378,27 @@ class McpMounts:
                 transport_security=_transport_security(self.host),
             )
             manager = server.session_manager
-            ready = asyncio.Event()
-            task = asyncio.create_task(_serve(manager, ready, self._stop))
+            ready, stop = asyncio.Event(), asyncio.Event()
+            task = asyncio.create_task(_serve(manager, ready, stop))
             waiting = asyncio.create_task(ready.wait())
             await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
             waiting.cancel()
             if task.done():  # it could not start: say so as a server error
                 task.result()
             self._tasks.append(task)
-            self._managers[name] = manager
+            self._managers[name] = (manager, stop)
             return manager
+
+    def _stop_deleted(self) -> None:
+        """Stop the servers of knowledge bases deleted since they started.
+
+        Run before each new server starts, so servers never outnumber the knowledge bases
+        (plus one): a service that creates and deletes knowledge bases does not pile them up.
+        """
+        for gone in [name for name in self._managers if name not in self.registry]:
+            _, stop = self._managers.pop(gone)
+            stop.set()
+        self._tasks = [task for task in self._tasks if not task.done()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate, find the KB's session manager, and hand the request to it.
@@ -395,14 +409,16 @@ class McpMounts:
         """
         headers = Headers(scope=scope)
         name = scope.get("path_params", {}).get("name", "")
-        try:  # the key first: 401/403 before anything else is said
-            require_role(self.keys, headers, "query", knowledge_base=name)
-        except ApiError as refused:
-            await _send(send, refused)
-            return
+        # (a missing or wrong key is a 401 from GuardMiddleware before this runs); a name
+        # too long to exist is refused before a 403 could echo it
         too_long = path_name_error("name", name)
         if too_long is not None:
             await _send(send, too_long)
+            return
+        try:
+            require_role(self.keys, headers, "query", knowledge_base=name)
+        except ApiError as refused:
+            await _send(send, refused)
             return
         if scope.get("method") == "GET":
             error = ApiError(
