@@ -258,7 +258,8 @@ def main() -> int:
                 flush=True,
             )
     quality = {} if args.no_quality else cranfield_quality(encoders)
-    base_rate = max(rates["fp32 (today)"])
+    # --rounds 0 measures quality only
+    base_rate = max(rates["fp32 (today)"], default=float("nan"))
     base_quality = quality.get("fp32 (today)")
     print(f"\nload average {os.getloadavg()[0]:.2f}")
     print(
@@ -267,7 +268,7 @@ def main() -> int:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in encoders:
-        best = max(rates[name])
+        best = max(rates[name], default=float("nan"))
         q = quality.get(name)
         delta = f"{q[0] - base_quality[0]:+.4f}" if q and base_quality else "-"
         print(

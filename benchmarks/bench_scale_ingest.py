@@ -93,6 +93,7 @@ def run_child(
         mode,
         str(batch),
         str(cache_mb),
+        "1" if nofts else "0",
     ]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
