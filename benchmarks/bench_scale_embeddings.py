@@ -219,11 +219,13 @@ def main() -> int:
     parser.add_argument("--passages", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-quality", action="store_true")
+    parser.add_argument("--only", help="variant names separated by ; (default: all)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (speed: keep 1)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     print(
-        f"torch {torch.__version__}, 1 thread; CPU flags: {cpu_flags()}; "
+        f"torch {torch.__version__}, {args.threads} thread(s); CPU flags: {cpu_flags()}; "
         f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
@@ -240,6 +242,9 @@ def main() -> int:
         "onnxruntime fp32": ort_encoder(model, fp32_onnx),
         "onnxruntime int8, per channel": ort_encoder(model, int8_onnx),
     }
+    if args.only:
+        wanted = {"fp32 (today)", *args.only.split(";")}
+        encoders = {name: e for name, e in encoders.items() if name in wanted}
     reference = encoders["fp32 (today)"](texts)
     rates: dict[str, list[float]] = {name: [] for name in encoders}
     agreement = {}
