@@ -114,6 +114,10 @@ def test_serve_names_the_urls_to_call(kb, monkeypatch):
         "serving kb: POST http://127.0.0.1:0/knowledgebases/kb/retrieve?api-version=2026-04-01 "
         "(MCP: http://127.0.0.1:0/knowledgebases/kb/mcp)"
     ) in result.stderr
+    assert (
+        "OpenAI-compatible: GET http://127.0.0.1:0/v1/models, "
+        "POST http://127.0.0.1:0/v1/chat/completions"
+    ) in result.stderr
     assert "<name>" not in result.stderr
 
 

@@ -1043,6 +1043,7 @@ def serve(
             f"serving {name}: POST {base}/retrieve?api-version={SUPPORTED_API_VERSIONS[0]}"
             f" (MCP: {base}/mcp)"
         )
+    err.print(f"OpenAI-compatible: GET {where}/v1/models, POST {where}/v1/chat/completions")
     if data is not None:
         err.print(f"managing {data} at {where}/indexes, /knowledgesources, /knowledgebases")
     if workers == 1:

@@ -1,4 +1,6 @@
-"""The REST API: ``POST /knowledgebases/{name}/retrieve`` and friends, plus the MCP mounts.
+"""The REST API: ``POST /knowledgebases/{name}/retrieve`` and friends, MCP, and ``/v1``.
+
+``/v1`` is the OpenAI-compatible API (:mod:`agentic_retrieval.server.openai_api`).
 
 One :class:`KnowledgeBase` object per knowledge base is shared by all requests; requests run
 on the event loop end to end (``graph.ainvoke``).
@@ -24,6 +26,8 @@ from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.management import Management, add_management_routes
+from agentic_retrieval.server.openai_api import add_openai_routes
+from agentic_retrieval.server.openai_errors import OpenAIErrorShape
 from agentic_retrieval.server.requests import (
     check_api_version,
     check_path_names,
@@ -53,6 +57,7 @@ def create_app(
     settings: ServerSettings | None = None,
     mcp: bool = True,
     service: ServiceDirectory | None = None,
+    openai: bool = True,
 ) -> FastAPI:
     """Build the ASGI app serving ``knowledge_bases`` and, with ``service``, managing more.
 
@@ -65,6 +70,8 @@ def create_app(
             ``/knowledgebases/{name}/mcp``.
         service: A data directory: indexes, knowledge sources and knowledge bases created,
             changed and deleted over the management REST API (``serve --data DIR``).
+        openai: Also serve the OpenAI-compatible API (``/v1/models``,
+            ``/v1/chat/completions``: each knowledge base is a model).
 
     Returns:
         The FastAPI application (run it with uvicorn).
@@ -121,6 +128,9 @@ def create_app(
         ),
     )
     _add_routes(app, registry, keys, policy)
+    if openai:
+        add_openai_routes(app, registry, keys, policy)
+        app.add_middleware(OpenAIErrorShape)  # outermost: the guard's refusals too
     if mounts is not None:
         app.add_route("/knowledgebases/{name}/mcp", mounts, include_in_schema=False)
         app.add_route("/knowledgebases('{name}')/mcp", mounts, include_in_schema=False)

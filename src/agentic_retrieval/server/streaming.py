@@ -6,7 +6,8 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from agentic_retrieval.context import Context
@@ -43,12 +44,37 @@ async def retrieve_events(
     extensions: frozenset[str] = frozenset(),
     request_id: str | None = None,
 ) -> AsyncIterator[str]:
-    """Stream ``kb``'s retrieve events (:mod:`agentic_retrieval.wire.events`) as SSE frames.
+    """Stream ``kb``'s retrieve events (:mod:`agentic_retrieval.wire.events`) as SSE frames."""
+    events = guarded_events(
+        kb,
+        request,
+        runtime_seconds,
+        identity=identity,
+        defaults=defaults,
+        extensions=extensions,
+        request_id=request_id,
+    )
+    async with aclosing(events):
+        async for event in events:
+            yield sse(event["event"], event["data"])
+
+
+async def guarded_events(
+    kb: KnowledgeBase,
+    request: RetrieveRequest,
+    runtime_seconds: float,
+    *,
+    identity: Identity | None = None,
+    defaults: Context | None = None,
+    extensions: frozenset[str] = frozenset(),
+    request_id: str | None = None,
+) -> AsyncGenerator[RetrieveEvent]:
+    """``kb``'s retrieve events, ending with ``response.completed`` or an ``error`` event.
 
     The run is driven by its own task feeding a queue, so a client that disconnects (the
-    server cancels this generator) or a run that overshoots ``maxRuntimeInSeconds`` plus a
+    server cancels the consumer) or a run that overshoots ``maxRuntimeInSeconds`` plus a
     grace period only cancels that task; nothing is left running. A failure after the
-    headers (200) went out travels as the terminal ``error`` event.
+    headers (200) went out travels as the terminal ``error`` event, in Azure's error shape.
     """
     queue: asyncio.Queue[RetrieveEvent | BaseException | None] = asyncio.Queue()
     producer = asyncio.create_task(
@@ -63,7 +89,7 @@ async def retrieve_events(
                 item = await asyncio.wait_for(queue.get(), remaining)
             except TimeoutError:
                 message = f"maxRuntimeInSeconds ({runtime_seconds:g} s) elapsed"
-                yield sse(ERROR, error_body("RequestTimeout", message))
+                yield {"event": ERROR, "data": error_body("RequestTimeout", message)}
                 return
             if item is None:
                 return
@@ -74,9 +100,9 @@ async def retrieve_events(
                     request_id = uuid.uuid4().hex
                     logger.error("streamed run %s failed", request_id, exc_info=item)
                     error = internal_error(request_id)
-                yield sse(ERROR, error.body())
+                yield {"event": ERROR, "data": error.body()}
                 return
-            yield sse(item["event"], item["data"])
+            yield item
     finally:
         producer.cancel()
 
