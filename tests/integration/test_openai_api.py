@@ -340,6 +340,14 @@ def test_a_service_knowledge_base_is_a_model_from_creation_to_deletion(tmp_path)
         assert [m.id for m in models.models.list().data] == ["guides"]
         completion = models.chat.completions.create(model="guides", messages=ask)
         assert completion.x_agentic_retrieval["references"][0]["docKey"] == "day"
+        # a reference's link points at the service, never at the Host a client sends
+        spoofed = http.post(
+            "/v1/chat/completions",
+            json={"model": "guides", "messages": ask},
+            headers={"Host": "evil.example"},
+        )
+        link = spoofed.json()["x_agentic_retrieval"]["references"][0]["citationUrl"]
+        assert link.startswith(f"{url}/indexes"), link
         assert http.delete("/knowledgebases('guides')").status_code == 204
         with pytest.raises(openai.NotFoundError):
             models.chat.completions.create(model="guides", messages=ask)
