@@ -37,8 +37,9 @@ that catches those keeps working. The kinds:
 
 Each class is also importable from the module that raises it (e.g.
 ``agentic_retrieval.odata.ODataError``). The interfaces' own errors stay outside this
-hierarchy: the server's ``ApiError`` and the command line's ``UserError`` are how an edge
-*reports* a failure (an HTTP status, an exit code), never raised to a library caller.
+hierarchy: the server's ``ApiError`` (``OpenAIError`` on its OpenAI-compatible routes) and
+the command line's ``UserError`` are how an edge *reports* a failure (an HTTP status, an exit
+code), never raised to a library caller.
 """
 
 from __future__ import annotations

@@ -89,6 +89,7 @@ OLD_PATHS = [
 
 INTERFACE_ERRORS = {
     "agentic_retrieval.server.errors.ApiError",
+    "agentic_retrieval.server.openai_errors.OpenAIError",
     "agentic_retrieval.cli.app.UserError",
 }
 """How an edge reports a failure (an HTTP status, an exit code); never raised to a library
