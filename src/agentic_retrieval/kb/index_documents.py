@@ -45,6 +45,8 @@ MAX_BATCH_ACTIONS = 1000
 DEFAULT_PAGE = 50
 """Results per page when a search does not set ``top`` (Azure's default)."""
 MAX_TOP = 1000
+MAX_SKIP = 100_000
+"""Most search results ``skip`` may pass over (Azure's limit)."""
 ACTIONS = ("upload", "merge", "mergeOrUpload", "delete")
 _KEY = re.compile(rf"[A-Za-z0-9_\-=]{{1,{MAX_KEY_CHARS}}}\Z")
 _INT32 = (-(2**31), 2**31 - 1)
@@ -260,8 +262,8 @@ class IndexDocuments:
         expr = self._filter(params.filter)
         vector = self._query_vector(params.vector)
         page = params.top if params.top is not None else DEFAULT_PAGE
-        if not 0 <= page <= MAX_TOP or params.skip < 0:
-            raise InvalidRequestError(f"top must be 0-{MAX_TOP} and skip non-negative")
+        if not 0 <= page <= MAX_TOP or not 0 <= params.skip <= MAX_SKIP:
+            raise InvalidRequestError(f"top must be 0-{MAX_TOP} and skip 0-{MAX_SKIP}")
         hits = self.documents.search(
             params.search or "*",
             top=page + (1 if params.top is None else 0),
