@@ -54,6 +54,10 @@ SIMPLE_TYPES = (
     "Edm.GeographyPoint",
 )
 VECTOR_TYPES = ("Collection(Edm.Single)", "Collection(Edm.Half)", "Collection(Edm.Double)")
+FLOAT32_MAX = 3.4028234663852886e38
+"""Largest vector value the store keeps (it holds every vector as 32-bit floats)."""
+FLOAT16_MAX = 65504.0
+"""Largest ``Collection(Edm.Half)`` value."""
 SUPPORTED_FIELD_TYPES = (
     *SIMPLE_TYPES,
     *(f"Collection({t})" for t in SIMPLE_TYPES if t != "Edm.GeographyPoint"),
@@ -166,6 +170,11 @@ class IndexField(BaseModel):
     def is_vector(self) -> bool:
         """Whether this is a vector field."""
         return self.type in VECTOR_TYPES
+
+    @property
+    def vector_value_limit(self) -> float:
+        """The largest magnitude a value of this vector field may have."""
+        return FLOAT16_MAX if self.type == "Collection(Edm.Half)" else FLOAT32_MAX
 
     @property
     def is_text(self) -> bool:

@@ -22,6 +22,7 @@ may not see is a 404, and only an elevated (admin) caller reads the permission f
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -344,7 +345,21 @@ class IndexDocuments:
                 f"vectorQueries: the vector has {len(vector)} dimensions; field "
                 f"{spec.name!r} has {spec.dimensions}"
             )
-        return list(vector)
+        return _vector_values(spec, vector, "vectorQueries[0].vector")
+
+
+def _vector_values(spec: IndexField, values: Sequence[float], where: str) -> list[float]:
+    """``values`` as floats, once each is finite and within what the field holds.
+
+    A value beyond it would be stored (or compared) as infinity, and every response
+    including it would then fail.
+    """
+    limit = spec.vector_value_limit
+    if not all(abs(v) <= limit for v in values):  # also false for NaN
+        raise InvalidRequestError(
+            f"{where}: vector values must be finite numbers within ±{limit:g} ({spec.type})"
+        )
+    return [float(v) for v in values]
 
 
 def _project(document: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
@@ -370,7 +385,7 @@ def _coerce(spec: IndexField, value: Any, where: str) -> Any:
             raise InvalidRequestError(
                 f"{where}: the vector has {len(value)} dimensions; the field has {spec.dimensions}"
             )
-        return [float(v) for v in value]
+        return _vector_values(spec, value, where)
     if spec.type.startswith("Collection("):
         if not isinstance(value, list):
             raise InvalidRequestError(f"{where}: {spec.type} takes a JSON array")
@@ -384,15 +399,34 @@ def _coerce_simple(edm_type: str, value: Any, where: str) -> Any:
         "Edm.String": lambda v: isinstance(v, str),
         "Edm.Int32": lambda v: _is_int(v, _INT32),
         "Edm.Int64": lambda v: _is_int(v, _INT64),
-        "Edm.Double": lambda v: _is_number(v) or v in ("NaN", "INF", "-INF"),
+        # (an integer beyond a double's range is no Edm.Double)
+        "Edm.Double": lambda v: (
+            (_is_number(v) and abs(v) <= sys.float_info.max) or v in ("NaN", "INF", "-INF")
+        ),
         "Edm.Boolean": lambda v: isinstance(v, bool),
         "Edm.DateTimeOffset": _is_datetime,
-        "Edm.GeographyPoint": lambda v: isinstance(v, dict) and v.get("type") == "Point",
+        "Edm.GeographyPoint": _is_point,
     }
     valid = validators[edm_type]
     if value is None or valid(value):
         return value
     raise InvalidRequestError(f"{where}: {value!r} is not a valid {edm_type} value")
+
+
+def _is_point(value: Any) -> bool:
+    """GeoJSON ``{"type": "Point", "coordinates": [longitude, latitude]}`` on the globe."""
+    if not isinstance(value, dict) or value.get("type") != "Point":
+        return False
+    coordinates = value.get("coordinates")
+    if not isinstance(coordinates, list) or len(coordinates) != 2:
+        return False
+    longitude, latitude = coordinates
+    return (
+        _is_number(longitude)
+        and _is_number(latitude)
+        and abs(longitude) <= 180
+        and abs(latitude) <= 90
+    )
 
 
 def _is_number(value: Any) -> bool:

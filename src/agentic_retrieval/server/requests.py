@@ -7,6 +7,7 @@ response's links point at.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from fastapi import Request
@@ -87,10 +88,55 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     if not raw.strip():
         raise ApiError(400, "body: the request body is empty; send a JSON object.")
     try:
-        payload = json.loads(raw)
+        payload = parse_json(raw)
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ApiError(400, f"body: malformed JSON ({reason}).", code="MalformedJson") from exc
     if not isinstance(payload, dict):
         raise ApiError(400, f"body: expected a JSON object, got {type(payload).__name__}.")
     return payload
+
+
+def parse_json(raw: bytes) -> Any:
+    r"""Strict JSON: what ``json.loads`` accepts beyond the standard is refused.
+
+    ``NaN`` and ``Infinity`` would be stored, then fail every response that includes them;
+    a lone UTF-16 surrogate (``"\ud800"``) is no text and fails when written. Both are a
+    ``ValueError`` here; strings are walked only when a fast scan of the bytes finds a
+    candidate. (A number that overflows to infinity, ``1e400``, is refused where values are
+    typed: document fields, vectors, the retrieve request's bounds.)
+
+    Raises:
+        ValueError: Malformed or non-standard JSON (the message says what).
+        RecursionError: Nested too deeply.
+    """
+    payload = json.loads(raw, parse_constant=_no_constant)
+    if _SURROGATE_ESCAPE.search(raw) or _SURROGATE_BYTES.search(raw):
+        _check_strings(payload)
+    return payload
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_BYTES = re.compile(rb"\xed[\xa0-\xbf]")
+"""A surrogate escaped (``\ud800``) or encoded as bytes (which ``json.loads`` lets through)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _check_strings(payload: Any) -> None:
+    """Refuse strings (values or keys) holding an unpaired surrogate, walking iteratively."""
+    pending = [payload]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("a string holds an unpaired UTF-16 surrogate (not text)") from None

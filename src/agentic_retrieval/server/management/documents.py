@@ -21,6 +21,7 @@ from agentic_retrieval.errors import (
     StoreNotFoundError,
     StoreUnavailableError,
 )
+from agentic_retrieval.kb.definitions import FLOAT32_MAX
 from agentic_retrieval.kb.index_documents import IndexDocuments, IndexingResult, SearchParameters
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.errors import ApiError
@@ -177,7 +178,7 @@ def search_parameters(raw: Mapping[str, Any]) -> SearchParameters:
         if raw.get(name) not in (None, "", []):
             raise ApiError(400, f"{shown}: not supported by this service.")
     return SearchParameters(
-        search=str(raw.get("search") or "*"),
+        search=_text(raw, "search") or "*",
         filter=_text(raw, "filter"),
         top=_integer(raw, "top"),
         skip=_integer(raw, "skip") or 0,
@@ -243,7 +244,8 @@ def _vector(queries: Any) -> tuple[float, ...] | None:
         )
     vector = query.get("vector")
     if not isinstance(vector, list) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in vector
+        isinstance(v, int | float) and not isinstance(v, bool) and abs(v) <= FLOAT32_MAX
+        for v in vector
     ):
-        raise ApiError(400, "vectorQueries[0].vector: expected a list of numbers.")
+        raise ApiError(400, "vectorQueries[0].vector: expected a list of finite numbers.")
     return tuple(float(v) for v in vector)
