@@ -145,3 +145,12 @@ def test_the_mcp_endpoint_refuses_a_long_name_before_any_lookup(http, service, m
     assert response.status_code == 400, response.text[:300]
     assert "at most 128" in response.json()["error"]["message"]
     assert len(response.content) < 500
+
+
+def test_an_overlong_api_version_or_search_type_is_not_echoed(http):
+    version = http.get("/indexes", params={"api-version": "v" * 10_000}, headers=ADMIN)
+    listing = http.get("/indexes", params={**VERSION, "searchType": "s" * 10_000}, headers=ADMIN)
+    for refused in (version, listing):
+        assert refused.status_code == 400, refused.text[:300]
+        assert len(refused.content) < 600
+    assert "a value of 10000 characters is not supported" in version.text

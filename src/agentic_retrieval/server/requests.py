@@ -74,7 +74,12 @@ def public_base_url(request: Request) -> str:
 def check_api_version(api_version: str | None) -> None:
     """Raise 400 naming the supported versions unless ``api_version`` is one of them."""
     if api_version not in SUPPORTED_API_VERSIONS:
-        given = "missing" if api_version is None else f"'{api_version}' is not supported"
+        if api_version is None:
+            given = "missing"
+        elif len(api_version) <= 40:
+            given = f"'{api_version}' is not supported"
+        else:  # not echoed: nothing that long is a version
+            given = f"a value of {len(api_version)} characters is not supported"
         raise ApiError(
             400,
             f"api-version: {given}; supported versions are {', '.join(SUPPORTED_API_VERSIONS)}.",

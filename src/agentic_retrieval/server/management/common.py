@@ -137,7 +137,7 @@ def page(
     search = (params.get("search") or "") if by_name else ""
     search_type = params.get("searchType") or "prefix"
     if search_type != "prefix":
-        raise ApiError(400, f"searchType: {search_type!r} is not supported; use 'prefix'.")
+        raise ApiError(400, f"searchType: {search_type[:40]!r} is not supported; use 'prefix'.")
     size = _page_size(params.get("pageSize"))
     after = params.get("$skipToken")
     chosen = [
