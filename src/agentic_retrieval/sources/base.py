@@ -87,6 +87,10 @@ class Hit(BaseModel):
     reranker_score: float | None = None
     """A semantic score on the 0-4 scale when the source computes one itself (Azure's
     ``@search.rerankerScore``); rerankers may pass it through."""
+    vector_similarity: float | None = None
+    """The cosine of the query's embedding and this passage's, when the source compared them
+    (the embedded store's hybrid search): meaning the default reranker weighs without
+    embedding the passage again. ``None`` when the source did not."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Filterable fields and provenance (path, page, url...), returned as ``sourceData``."""
 

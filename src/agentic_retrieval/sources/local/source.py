@@ -320,5 +320,6 @@ class LocalKnowledgeSource:
             title=hit.title or None,
             source=self.name,
             score=hit.score,
+            vector_similarity=hit.similarity,
             metadata=hit.metadata,
         )

@@ -196,6 +196,8 @@ class StoredHit:
     page: int | None
     metadata: dict[str, Any]
     score: float
+    similarity: float | None = None
+    """Cosine of the chunk's vector and the query's (hybrid search; ``None`` otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -929,9 +931,10 @@ class LocalStore:
 
         Returns:
             Hits, best first. Scores are ``-bm25`` (higher is better) for lexical search and
-            RRF sums for hybrid search. For ``*``, an empty text or a filter-only query, the
-            first chunks (in file order) that pass the filter, scored 0; for text with no
-            word at all (only punctuation), nothing.
+            RRF sums for hybrid search; a hybrid search's hits also carry the cosine of their
+            vector and the query's (``similarity``), whichever list found them. For ``*``, an
+            empty text or a filter-only query, the first chunks (in file order) that pass the
+            filter, scored 0; for text with no word at all (only punctuation), nothing.
 
         Raises:
             StoreUnavailableError: The file is damaged or missing (see
@@ -973,6 +976,7 @@ class LocalStore:
             if query_vector is not None and self.has_vectors():
                 dense = self._dense(query_vector, depth, where, params)
                 ranked = reciprocal_rank_fusion([lexical, dense])[:top]
+                return self._fetch(ranked, self._similarities(query_vector, ranked))
             elif lexical is None:
                 # "*" or "" (Azure's match-all) or a filter-only query browses; words that
                 # are all punctuation ("^", "((( )))") match nothing rather than any chunk
@@ -1160,6 +1164,30 @@ class LocalStore:
             if np.isfinite(similarities[i])
         ]
 
+    def _similarities(
+        self, query_vector: Sequence[float], ranked: Sequence[tuple[int, float]]
+    ) -> dict[int, float]:
+        """The cosine of each ranked chunk's vector and the query's, by rid.
+
+        Hybrid hits found by BM25 alone get theirs too, so a reranker can weigh meaning for
+        every candidate without embedding the passages again. Chunks without a vector are left
+        out.
+        """
+        cache = self._vector_matrix()
+        if cache.matrix.shape[0] == 0 or not ranked:
+            return {}
+        query = np.asarray(query_vector, dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        rids = np.asarray([rid for rid, _ in ranked], dtype=np.int64)
+        rows = np.minimum(np.searchsorted(cache.rids, rids), len(cache.rids) - 1)
+        present = cache.rids[rows] == rids
+        cosines = cache.matrix[rows] @ (query / norm if norm else query)
+        return {
+            int(rid): float(cosine)
+            for rid, cosine, ok in zip(rids, cosines, present, strict=True)
+            if ok
+        }
+
     def _vector_matrix(self) -> _VectorCache:
         generation = self.generation()
         with self._vector_lock:
@@ -1180,7 +1208,9 @@ class LocalStore:
             self._vectors = _VectorCache(generation, rids, matrix)
             return self._vectors
 
-    def _fetch(self, ranked: Sequence[tuple[int, float]]) -> list[StoredHit]:
+    def _fetch(
+        self, ranked: Sequence[tuple[int, float]], similarities: Mapping[int, float] | None = None
+    ) -> list[StoredHit]:
         if not ranked:
             return []
         marks = ",".join("?" for _ in ranked)
@@ -1198,7 +1228,10 @@ class LocalStore:
         for rid, score in ranked:
             row = by_rid.get(rid)
             if row is not None:  # deleted between ranking and fetching
-                hits.append(StoredHit(row[1], row[2], row[3], row[4], json.loads(row[5]), score))
+                similarity = (similarities or {}).get(rid)
+                hits.append(
+                    StoredHit(row[1], row[2], row[3], row[4], json.loads(row[5]), score, similarity)
+                )
         return hits
 
 
