@@ -15,6 +15,7 @@ checks every field against both in one loop.
 from __future__ import annotations
 
 import math
+import os
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields
@@ -25,12 +26,19 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from agentic_retrieval import prompts
+from agentic_retrieval.errors import ThresholdSettingError
 from agentic_retrieval.permissions import Identity
 
 MODEL_STRING = "a 'provider:model' string"
 DEFAULT_RERANKER_THRESHOLD = 2.5
-"""Azure's default ``rerankerThreshold``; the lexical fallback reranker is calibrated so that it
-means the same there (``benchmarks/README.md``, "Calibration and the default threshold")."""
+"""Azure's default ``rerankerThreshold``: what ``reranker_threshold="default"`` applies to
+calibrated relevance scores (see :func:`applied_threshold`)."""
+THRESHOLD_DEFAULT: Literal["default"] = "default"
+"""``reranker_threshold`` left to the rule: 2.5 on calibrated scores, no cut-off otherwise."""
+THRESHOLD_ENV_VAR = "AGENTIC_RETRIEVAL_RERANKER_THRESHOLD"
+"""The service default of ``reranker_threshold``: a number 0-4, ``none`` or ``default``."""
+Threshold = float | Literal["default"] | None
+"""A ``reranker_threshold`` setting: a cut-off, no cut-off (``None``), or the default rule."""
 
 ReasoningEffortKind = Literal["minimal", "low", "medium", "auto"]
 OutputMode = Literal["extractiveData", "answerSynthesis"]
@@ -117,14 +125,18 @@ class Context:
         default=10,
         metadata={"description": "Ranked chunks kept after reranking.", "ge": 1, "le": 200},
     )
-    reranker_threshold: float | None = field(
-        default=DEFAULT_RERANKER_THRESHOLD,
+    reranker_threshold: Threshold = field(
+        default_factory=lambda: threshold_from_env(),
         metadata={
-            "description": "Drop candidates scoring under this on the 0-4 scale, as Azure "
-            "does (a source's rerankerThreshold overrides it; 0 or None keeps every "
-            "candidate).",
+            "description": "Drop candidates scoring under this on the 0-4 scale (a source's "
+            "rerankerThreshold overrides it; 0 or None keeps every candidate). 'default': "
+            "2.5, as Azure's, where the scores are calibrated relevance (an LLM grader, "
+            "Azure's semantic ranker), no cut-off where they only order candidates (the "
+            "model-free lexical and vector blend), which keeps every candidate up to top_n. "
+            f"Unset: ${THRESHOLD_ENV_VAR}, else 'default'.",
             "ge": 0.0,
             "le": 4.0,
+            "expects": "a number, 'default' or None",
         },
     )
     max_output_size: int = field(
@@ -352,11 +364,68 @@ class Context:
         return cls(**{k: v for k, v in given.items() if k in names})
 
 
+def threshold_from_env(environ: Mapping[str, str] | None = None) -> Threshold:
+    """``$AGENTIC_RETRIEVAL_RERANKER_THRESHOLD`` as a setting (unset: ``"default"``).
+
+    Raises:
+        ThresholdSettingError: Neither a number from 0 to 4, ``none`` nor ``default``.
+    """
+    raw = (os.environ if environ is None else environ).get(THRESHOLD_ENV_VAR, "")
+    try:
+        return parse_threshold(raw, f"${THRESHOLD_ENV_VAR}")
+    except ValueError as exc:
+        raise ThresholdSettingError(str(exc)) from None
+
+
+def parse_threshold(text: str, what: str = "rerankerThreshold") -> Threshold:
+    """A threshold as a person writes it: ``2.5``, ``none`` (no cut-off) or ``default``.
+
+    Raises:
+        ValueError: Naming ``what``, for anything else or a number outside 0-4.
+    """
+    word = text.strip().casefold()
+    if word in ("", THRESHOLD_DEFAULT):
+        return THRESHOLD_DEFAULT
+    if word in ("none", "off"):
+        return None
+    try:
+        value = float(word)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 4.0:  # NaN fails too
+        raise ValueError(
+            f"{what} must be a number from 0 to 4, 'none' or 'default', not {text.strip()!r}"
+        )
+    return value
+
+
+def applied_threshold(
+    source_threshold: float | None, setting: Threshold, calibrated: bool
+) -> float | None:
+    """The cut-off one candidate is held to; the one place this rule is decided.
+
+    An explicit threshold is always honoured: a source's ``rerankerThreshold`` first, else the
+    run's ``reranker_threshold`` (a number, or ``None`` for none). Left to the default rule,
+    Azure's 2.5 applies to calibrated relevance scores only: a score that only orders
+    candidates (term overlap) never decides alone that an answering passage is irrelevant.
+
+    Args:
+        source_threshold: The request's ``rerankerThreshold`` for the candidate's source.
+        setting: The run's ``reranker_threshold``.
+        calibrated: Whether the candidate's score is calibrated relevance.
+    """
+    if source_threshold is not None:
+        return source_threshold
+    if setting == THRESHOLD_DEFAULT:
+        return DEFAULT_RERANKER_THRESHOLD if calibrated else None
+    return setting
+
+
 def _check_field(spec: Field[Any], value: Any) -> None:
     """Check ``value`` against the field's annotation and its metadata (bounds, placeholders)."""
     name = spec.name
-    kind, optional = _HINTS[name]
-    if value is None and optional:
+    kind, optional, words = _HINTS[name]
+    if (value is None and optional) or (isinstance(value, str) and value in words):
         return
     if get_origin(kind) is Literal:
         choices = get_args(kind)
@@ -394,13 +463,22 @@ def _one_of(choices: tuple[Any, ...]) -> str:
     return f"{', '.join(map(str, choices[:-1]))} or {choices[-1]}"
 
 
-def _type_and_optionality(hint: Any) -> tuple[Any, bool]:
-    """``int | None`` -> ``(int, True)``; ``int`` -> ``(int, False)``."""
+def _type_and_optionality(hint: Any) -> tuple[Any, bool, tuple[Any, ...]]:
+    """``int | None`` -> ``(int, True, ())``; ``int`` -> ``(int, False, ())``.
+
+    A union of a type and literal words (``float | Literal["default"] | None``) gives the words
+    as the third item: values the field takes besides the type's.
+    """
     if get_origin(hint) in (Union, types.UnionType):
-        kinds = [a for a in get_args(hint) if a is not type(None)]
+        args = get_args(hint)
+        kinds = [a for a in args if a is not type(None)]
+        typed = [a for a in kinds if get_origin(a) is not Literal]
+        words = tuple(w for a in kinds if get_origin(a) is Literal for w in get_args(a))
         if len(kinds) == 1:
-            return kinds[0], len(kinds) < len(get_args(hint))
-    return hint, False
+            return kinds[0], len(kinds) < len(args), ()
+        if len(typed) == 1 and words:
+            return typed[0], len(kinds) < len(args), words
+    return hint, False, ()
 
 
 _EXPECTS: dict[Any, str] = {int: "an integer", float: "a number", str: "a string"}

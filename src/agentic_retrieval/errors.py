@@ -160,6 +160,10 @@ class EmbeddingsConfigError(ConfigurationError, ValueError):
 # --- knowledge sources ---------------------------------------------------------------------
 
 
+class ThresholdSettingError(ConfigurationError, ValueError):
+    """``$AGENTIC_RETRIEVAL_RERANKER_THRESHOLD`` is not a number 0-4, ``none`` or ``default``."""
+
+
 class SourceError(AgenticRetrievalError):
     """A knowledge source failed in a way it can describe.
 

@@ -21,9 +21,19 @@ branches write to have reducers.
 from __future__ import annotations
 
 import operator
+import types
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from langchain_core.messages import AnyMessage
 from langgraph.channels import UntrackedValue
@@ -272,6 +282,12 @@ class RerankActivity(ModelCallActivity):
     reranker: str
     candidate_count: int
     kept_count: int
+    calibrated_count: int = 0
+    """Candidates whose score is calibrated relevance (the default threshold applies to
+    these only); fewer than ``candidate_count`` means the rest were ranked, not judged."""
+    term_coverage: float | None = None
+    """Share (0-1) of the searched words the top kept passages hold: a confidence figure that
+    needs no calibrated score (``None`` when nothing was kept)."""
 
 
 class TierDecision(BaseModel):
@@ -625,10 +641,13 @@ def described(schema: type) -> type[Any]:
     items: dict[str, Any] = {}
     for spec in fields(schema):
         bounds = {k: spec.metadata[k] for k in ("ge", "le") if k in spec.metadata}
+        hint = hints[spec.name]
+        words = _with_words(hint, bounds)
+        if words is not None:  # the bounds go on the number, not on the words beside it
+            hint, bounds = words, {}
         info = Field(
             default=_default_factory(spec)(), description=spec.metadata["description"], **bounds
         )
-        hint = hints[spec.name]
         if get_origin(hint) is Annotated:
             base, *extras = get_args(hint)
             items[spec.name] = Annotated.__class_getitem__((base, info, *extras))
@@ -638,6 +657,18 @@ def described(schema: type) -> type[Any]:
     typed: type[Any] = TypedDict(schema.__name__, items, total=False)  # type: ignore[misc]
     typed.__doc__ = schema.__doc__
     return typed
+
+
+def _with_words(hint: Any, bounds: dict[str, Any]) -> Any:
+    """``float | Literal["default"] | None`` with ``bounds`` on ``float`` (``None``: not such)."""
+    if not bounds or get_origin(hint) not in (Union, types.UnionType):
+        return None
+    args = get_args(hint)
+    typed = [a for a in args if a is not type(None) and get_origin(a) is not Literal]
+    if len(typed) != 1 or len(typed) == len([a for a in args if a is not type(None)]):
+        return None
+    bounded = tuple(Annotated[a, Field(**bounds)] if a is typed[0] else a for a in args)
+    return Union.__getitem__(bounded)
 
 
 def _default_factory(spec: Any) -> Any:

@@ -178,7 +178,7 @@ def test_weak_results_escalate_to_planning_then_assessment_and_the_round_bound_h
         ("results", "minimal", "low"),
         ("results", "low", "medium"),
     ]
-    assert record["effortDecisions"][1]["reason"] == "no passage passed the reranker threshold"
+    assert record["effortDecisions"][1]["reason"] == "no passage was found"
     assert record["inputTokens"] == 3 * 120
 
 

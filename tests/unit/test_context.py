@@ -51,7 +51,10 @@ BOUNDS = {
         ),
         ({"max_runtime_seconds": False}, "max_runtime_seconds must be a number, not False"),
         ({"reranker_threshold": 4.5}, "reranker_threshold must be between 0 and 4, not 4.5"),
-        ({"reranker_threshold": "2"}, "reranker_threshold must be a number, not '2'"),
+        (
+            {"reranker_threshold": "2"},
+            "reranker_threshold must be a number, 'default' or None, not '2'",
+        ),
         (
             {"reasoning_effort": "high"},
             "reasoning_effort must be minimal, low, medium or auto, not 'high'",

@@ -87,8 +87,8 @@ def test_low_makes_exactly_one_planning_call_and_routes_sources(toy_source, faq_
     # "day pass price" was routed to transit only; "bike late fee" chose none -> all sources
     assert [q.text for q in transit.queries] == ["day pass price", "bike late fee"]
     assert [q.text for q in faq.queries] == ["bike late fee"]
-    # "lost" (a tram, 30 days: 2.2) is under the default threshold of 2.5
-    assert [r.doc_key for r in response.references] == ["bike-fees", "fares"]
+    # "lost" (a tram, 30 days: 2.2) stays: the default threshold does not cut lexical scores
+    assert [r.doc_key for r in response.references] == ["bike-fees", "fares", "lost"]
     assert "modelEvidenceAssessment" not in types(response)
 
 
@@ -179,7 +179,7 @@ def test_medium_follows_up_once_then_answers(toy_source):
         "agenticReasoning",
     ]
     keys = [r.doc_key for r in response.references]
-    assert keys == ["bike-fees", "hours", "fares"]
+    assert keys == ["bike-fees", "hours", "fares", "lost"]
     reasoning = response.activity[-1].model_extra
     assert reasoning["iterations"] == 1
     assert reasoning["inputTokens"] == 3 * 120
@@ -236,6 +236,7 @@ def test_answer_synthesis_keeps_valid_citations_and_strips_invented_ones(toy_sou
     assert [(r.id, r.doc_key) for r in response.references] == [
         ("0", "bike-fees"),
         ("1", "fares"),
+        ("2", "lost"),  # under 2.5, kept: the default threshold does not cut lexical scores
     ]
     assert response.text == (
         "A day pass costs 6 euros [ref_id:1]. Late fee is 1 euro [ref_id:0]. "
@@ -446,8 +447,9 @@ def test_max_output_size_drops_whole_lowest_ranked_chunks(toy_source):
     kb = KnowledgeBase([toy_source])
     full = kb.retrieve({"intents": [{"search": "tram day pass 30 minutes"}]})
     items = json.loads(full.text)
-    assert [item["ref_id"] for item in items] == [0, 1, 2]
-    assert [r.doc_key for r in full.references] == ["fares", "lost", "bike-fees"]  # hours < 2.5
+    assert [item["ref_id"] for item in items] == [0, 1, 2, 3]
+    # hours scores under 2.5, but lexical scores are not cut by the default threshold
+    assert [r.doc_key for r in full.references] == ["fares", "lost", "bike-fees", "hours"]
     limit = len(json.dumps(items[:2], separators=(",", ":"), ensure_ascii=False))
     cut = kb.retrieve({"intents": [{"search": "tram day pass 30 minutes"}], "maxOutputSize": limit})
     assert len(cut.text) <= limit
@@ -471,8 +473,9 @@ def test_include_references_and_source_data_per_source(toy_source, faq_source):
     assert [(g["ref_id"], g["title"]) for g in grounding] == [
         (0, "Refunds"),
         (1, "Fares and passes"),
+        (2, "Lost and found"),
     ]
-    assert [(r.id, r.doc_key) for r in response.references] == [("1", "fares")]
+    assert [(r.id, r.doc_key) for r in response.references] == [("1", "fares"), ("2", "lost")]
     assert all(r.source_data and r.source_data["content"] for r in response.references)
     activity = {r.id: r for r in response.activity}
     for reference in response.references:
@@ -491,13 +494,24 @@ def test_reranker_threshold_drops_weak_candidates(toy_source):
     assert all(r.reranker_score >= 3.0 for r in response.references)
 
 
-def test_the_default_threshold_is_azures_2_5_and_0_keeps_every_candidate(toy_source):
+def test_the_default_threshold_cuts_calibrated_scores_only_and_0_keeps_every_candidate(
+    toy_source,
+):
     kb = KnowledgeBase([toy_source])
     by_default = kb.retrieve({"intents": [{"search": "tram day pass"}]})
+    # lexical scores order candidates, they do not judge them: "hours" (1.90: trams, but no
+    # day pass) is kept, ranked last
     assert [(r.doc_key, r.reranker_score) for r in by_default.references] == [
         ("fares", 3.5979),
         ("lost", 2.7773),
-    ]  # "hours" (1.90: trams, but no day pass) is dropped
+        ("hours", 1.9001),
+    ]
+    rerank = next(r for r in by_default.activity if r.type == "semanticReranker")
+    assert rerank.model_extra["calibratedCount"] == 0
+    explicit = KnowledgeBase([toy_source], defaults=Context(reranker_threshold=2.5))
+    assert [
+        r.doc_key for r in explicit.retrieve({"intents": [{"search": "tram day pass"}]}).references
+    ] == ["fares", "lost"]
     everything = kb.retrieve(
         {
             "intents": [{"search": "tram day pass"}],

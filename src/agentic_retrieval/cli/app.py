@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -27,6 +28,7 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agentic_retrieval.context import THRESHOLD_ENV_VAR, Threshold, parse_threshold
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
     FilterFieldError,
@@ -118,6 +120,14 @@ MaxOutputTokensOption = Annotated[
         help="Default maxOutputSizeInTokens of its requests.",
         min=1,
         max=2_500_000,
+    ),
+]
+RerankerThresholdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--reranker-threshold",
+        help="Default rerankerThreshold of its requests: 0-4 drops what scores under it "
+        "(whatever the reranker), 'none' keeps every candidate, 'default' clears it.",
     ),
 ]
 
@@ -261,6 +271,7 @@ def index(
     max_runtime: MaxRuntimeOption = None,
     max_output_documents: MaxOutputDocumentsOption = None,
     max_output_tokens: MaxOutputTokensOption = None,
+    reranker_threshold: RerankerThresholdOption = None,
     allow_user: Annotated[
         list[str] | None,
         typer.Option(
@@ -332,6 +343,7 @@ def index(
         max_runtime,
         max_output_documents,
         max_output_tokens,
+        reranker_threshold,
     )
     directory.add_or_update_source(source, description=description, embeddings=model)
     # the report below lists every failed file once: silence the per-file log lines
@@ -387,6 +399,7 @@ def update_kb_settings(
     max_runtime: int | None,
     max_output_documents: int | None,
     max_output_tokens: int | None,
+    reranker_threshold: str | None = None,
 ) -> bool:
     """Apply the knowledge-base settings options that were given; whether any was."""
     limits = {
@@ -394,7 +407,11 @@ def update_kb_settings(
         "max_output_documents": max_output_documents,
         "max_output_size_in_tokens": max_output_tokens,
     }
-    given = {k: v for k, v in limits.items() if v is not None}
+    given: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
+    if reranker_threshold is not None:
+        # stored as a number: 0 keeps everything ('none'); None clears it ('default')
+        setting = cli_threshold(reranker_threshold, "--reranker-threshold")
+        given["reranker_threshold"] = None if setting == "default" else (setting or 0.0)
     if retrieval_instructions is None and answer_instructions is None and not given:
         return False
     directory.update_settings(
@@ -623,6 +640,19 @@ def retrieve(
             help="Fail closed: hide documents indexed without permissions.",
         ),
     ] = False,
+    threshold: Annotated[
+        str | None,
+        typer.Option(
+            "--threshold",
+            help="Drop passages scoring under X (0-4) whatever the reranker; 'none' keeps "
+            "every one; 'default': 2.5 on calibrated relevance scores only (default: the "
+            f"knowledge base's, else ${THRESHOLD_ENV_VAR}, else 'default').",
+        ),
+    ] = None,
+    top: Annotated[
+        int | None,
+        typer.Option("--top", help="Ranked passages kept (default 10).", min=1, max=200),
+    ] = None,
 ) -> None:
     """Run agentic retrieval for QUESTION over the knowledge base in DIR.
 
@@ -632,6 +662,7 @@ def retrieve(
     from agentic_retrieval.kb.loader import open_knowledge_base
 
     identity = _identity(user, group or [])
+    chosen = None if threshold is None else cli_threshold(threshold, "--threshold")
     _check_choice("--effort", effort, EFFORTS)
     _check_choice("--output-mode", output_mode, OUTPUT_MODES)
     if not question.strip():
@@ -654,6 +685,10 @@ def retrieve(
     knowledge_base = open_knowledge_base(
         kb, sources=source, enforce_permissions=enforce_permissions
     )
+    if threshold is not None:
+        knowledge_base.defaults = replace(knowledge_base.defaults, reranker_threshold=chosen)
+    if top is not None:
+        knowledge_base.defaults = replace(knowledge_base.defaults, top_n=top)
     request = build_request(
         knowledge_base,
         question,
@@ -675,6 +710,18 @@ def retrieve(
     for warning in effort_warnings(response):
         err.print(f"note: {warning}", markup=False, soft_wrap=True)
     _exit_unless_complete(response)
+
+
+def cli_threshold(text: str, option: str) -> Threshold:
+    """A threshold option's value: a number 0-4, ``none`` or ``default``.
+
+    Raises:
+        UserError: Anything else, naming the option.
+    """
+    try:
+        return parse_threshold(text, option)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _exit_unless_complete(response: RetrieveResponse) -> None:
@@ -828,6 +875,7 @@ def render_response(response: RetrieveResponse, question: str, top: int | None =
     _render_effort(activity)
     _render_searches(activity)
     _render_references(response, top)
+    _render_relevance(activity)
     _render_text(response)
 
 
@@ -888,6 +936,43 @@ def _render_references(response: RetrieveResponse, top: int | None) -> None:
         where = str(data.get("title") or "") + ("" if page is None else f", page {page}")
         if where:
             out.print(f"            {where}", markup=False)
+
+
+def _render_relevance(activity: list[dict[str, Any]]) -> None:
+    """What was left out and why, and whether the ranking was judged or only ordered.
+
+    The same facts as the JSON's search-record warnings and semanticReranker record, so an
+    empty or short result is never a silent one.
+    """
+    for record in activity:
+        if record.get("warning") and "knowledgeSourceName" in record:
+            out.print(
+                f"Left out ({record['knowledgeSourceName']}, search #{record['id']}): "
+                f"{record['warning']}",
+                markup=False,
+            )
+    reranks = [r for r in activity if r["type"] == "semanticReranker"]
+    if not reranks:
+        return
+    last = reranks[-1]
+    candidates, calibrated = last.get("candidateCount", 0), last.get("calibratedCount", 0)
+    coverage = last.get("termCoverage")
+    held = "" if coverage is None else f"; the top passages hold {coverage:.0%} of its words"
+    if candidates and calibrated < candidates:
+        out.print(
+            f"Relevance: {candidates - calibrated} of {candidates} candidates have no "
+            f"calibrated relevance score ({last.get('reranker')}): they are ranked, not "
+            f"judged, and none was dropped for scoring low{held}.",
+            markup=False,
+        )
+    elif candidates:
+        out.print(
+            f"Relevance: {candidates} candidates scored by {last.get('reranker')} "
+            f"(calibrated relevance){held}.",
+            markup=False,
+        )
+    else:
+        out.print("Relevance: the searches found no candidate.", markup=False)
 
 
 def _render_text(response: RetrieveResponse) -> None:

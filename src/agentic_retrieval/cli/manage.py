@@ -20,6 +20,7 @@ from agentic_retrieval.cli.app import (
     MaxOutputDocumentsOption,
     MaxOutputTokensOption,
     MaxRuntimeOption,
+    RerankerThresholdOption,
     RetrievalInstructionsOption,
     UserError,
     app,
@@ -115,11 +116,13 @@ def update_base(
     max_runtime: MaxRuntimeOption = None,
     max_output_documents: MaxOutputDocumentsOption = None,
     max_output_tokens: MaxOutputTokensOption = None,
+    reranker_threshold: RerankerThresholdOption = None,
 ) -> None:
     """Change the retrieve settings of the knowledge base in a directory; print its definition.
 
     Over REST (serve --data) the same settings are fields of the knowledge base's definition:
-    retrievalInstructions, answerInstructions and retrieveDefaults.
+    retrievalInstructions, answerInstructions and retrieveDefaults (rerankerThreshold there
+    is this service's extension).
     """
     directory = _kb_directory(kb)
     changed = update_kb_settings(
@@ -129,11 +132,13 @@ def update_base(
         max_runtime,
         max_output_documents,
         max_output_tokens,
+        reranker_threshold,
     )
     if not changed:
         raise UserError(
             "nothing to change: give --retrieval-instructions, --answer-instructions, "
-            "--max-runtime, --max-output-documents or --max-output-tokens"
+            "--max-runtime, --max-output-documents, --max-output-tokens or "
+            "--reranker-threshold"
         )
     _print_json(_directory_base(directory))
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from agentic_retrieval.context import Context, OutputMode, ReasoningEffortKind
+from agentic_retrieval.context import Context, OutputMode, ReasoningEffortKind, Threshold
 from agentic_retrieval.errors import EvalConfigurationError
 
 EFFORTS = ("minimal", "low", "medium", "auto")
@@ -36,8 +36,9 @@ class Configuration:
         output_mode: ``extractiveData`` or ``answerSynthesis`` (needs a model).
         label: A name for tables and file names (default: built from the fields).
         reranker_threshold: Drop candidates scoring under this (0-4). ``None`` (the default
-            here, unlike a knowledge base's 2.5) keeps whole rankings, so rank metrics such as
-            R@100 measure ranking, not the threshold; set it to measure a threshold's cost.
+            here) keeps whole rankings, so rank metrics such as R@100 measure ranking, not the
+            threshold; set a number to measure a threshold's cost, or ``"default"`` for a
+            knowledge base's own rule (2.5 on calibrated relevance scores only).
     """
 
     effort: str = "minimal"
@@ -46,7 +47,7 @@ class Configuration:
     top_n: int = DEFAULT_TOP_N
     output_mode: str = "extractiveData"
     label: str | None = None
-    reranker_threshold: float | None = None
+    reranker_threshold: Threshold = None
 
     def __post_init__(self) -> None:
         """Reject unknown values with the allowed ones."""
@@ -80,7 +81,9 @@ class Configuration:
         parts.append(f"top{self.top_n}")
         if self.output_mode == "answerSynthesis":
             parts.append("answer")
-        if self.reranker_threshold is not None:
+        if isinstance(self.reranker_threshold, str):
+            parts.append(f"threshold-{self.reranker_threshold}")
+        elif self.reranker_threshold is not None:
             parts.append(f"threshold{self.reranker_threshold:g}")
         return "/".join(parts)
 

@@ -362,13 +362,20 @@ class ReasoningEffortSetting(BaseModel):
 
 
 class RetrieveDefaults(BaseModel):
-    """``retrieveDefaults``: used where a retrieve request is silent (2026-08-01-preview)."""
+    """``retrieveDefaults``: used where a retrieve request is silent (2026-08-01-preview).
+
+    ``rerankerThreshold`` is this service's extension (Azure sets the threshold per request
+    only): the threshold of every source a request gives none for, honoured whatever the
+    reranker (0 keeps every candidate; absent: the service default, see
+    :data:`~agentic_retrieval.context.THRESHOLD_ENV_VAR`).
+    """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
     max_runtime_in_seconds: int | None = Field(default=None, ge=1, le=300)
     max_output_documents: int | None = Field(default=None, ge=1, le=1000)
     max_output_size_in_tokens: int | None = Field(default=None, ge=1, le=2_500_000)
+    reranker_threshold: float | None = Field(default=None, ge=0.0, le=4.0)
 
 
 class KnowledgeBaseSettings(BaseModel):
@@ -398,6 +405,8 @@ class KnowledgeBaseSettings(BaseModel):
             overrides["max_output_tokens"] = limits.max_output_size_in_tokens
         if limits.max_output_documents is not None:
             overrides["max_output_documents"] = limits.max_output_documents
+        if limits.reranker_threshold is not None:
+            overrides["reranker_threshold"] = limits.reranker_threshold
         return dataclasses.replace(base or Context(), **overrides)
 
 

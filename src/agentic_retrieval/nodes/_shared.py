@@ -22,6 +22,7 @@ from agentic_retrieval.state import (
     Activity,
     ErrorInfo,
     ModelCallActivity,
+    RetrievalState,
     SearchTask,
     Subquery,
 )
@@ -48,6 +49,23 @@ def last_user_text(messages: Sequence[BaseMessage]) -> str:
         if message_text(message).strip():
             return message_text(message).strip()
     return ""
+
+
+def searched_text(state: RetrievalState) -> str:
+    """What the latest round searched for.
+
+    The question as asked after the model-free round; the planner's subqueries after a
+    planned one (a follow-up's "it" is judged by the words the planner put in its place).
+    """
+    if state.planned_by != "model" or not state.subqueries:
+        return state.question
+    latest = max(s.round for s in state.subqueries)
+    return " ".join(s.text for s in state.subqueries if s.round == latest)
+
+
+def searched_sources(state: RetrievalState) -> list[str]:
+    """The sources any round searched, sorted."""
+    return sorted({name for q in state.subqueries for name in q.sources})
 
 
 def transcript(messages: Sequence[BaseMessage]) -> str:

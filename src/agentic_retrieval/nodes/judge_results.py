@@ -17,7 +17,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.nodes._shared import remaining_seconds
+from agentic_retrieval.nodes._shared import remaining_seconds, searched_sources, searched_text
 from agentic_retrieval.signals import ResultSignals, result_signals
 from agentic_retrieval.state import Effort, RetrievalState, TierDecision
 
@@ -29,9 +29,10 @@ async def judge_results(state: RetrievalState, runtime: Runtime[Context]) -> dic
     """Decide whether to stop here or escalate one tier."""
     context = current_context(runtime)
     tier = state.effort or "minimal"
-    searched = sorted({name for q in state.subqueries for name in q.sources})
-    signals = result_signals(state.ranked, searched_text(state), searched, context.auto_top_k)
-    weak = weaknesses(signals, context)
+    signals = result_signals(
+        state.ranked, searched_text(state), searched_sources(state), context.auto_top_k
+    )
+    weak = weaknesses(signals, context, cut=_threshold_dropped(state))
     escalate_to = NEXT_TIER.get(tier) if weak else None
     if escalate_to and remaining_seconds(state.started_at, context) <= 0:
         escalate_to, weak = None, [*weak, "but maxRuntimeInSeconds elapsed"]
@@ -51,22 +52,21 @@ async def judge_results(state: RetrievalState, runtime: Runtime[Context]) -> dic
     return update
 
 
-def searched_text(state: RetrievalState) -> str:
-    """What the latest round searched for.
+def _threshold_dropped(state: RetrievalState) -> bool:
+    """Whether the latest rerank dropped a candidate under its threshold."""
+    return any(reasons.get("threshold") for reasons in state.drops.values())
 
-    The question as asked after the model-free round; the planner's subqueries after a
-    planned one (a follow-up's "it" is judged by the words the planner put in its place).
+
+def weaknesses(signals: ResultSignals, context: Context, *, cut: bool = True) -> list[str]:
+    """What makes the results weak, one phrase per signal under its threshold.
+
+    Args:
+        signals: The round's measured results.
+        context: The run's thresholds.
+        cut: Whether the reranker threshold dropped candidates (else nothing was found).
     """
-    if state.planned_by != "model" or not state.subqueries:
-        return state.question
-    latest = max(s.round for s in state.subqueries)
-    return " ".join(s.text for s in state.subqueries if s.round == latest)
-
-
-def weaknesses(signals: ResultSignals, context: Context) -> list[str]:
-    """What makes the results weak, one phrase per signal under its threshold."""
     if not signals.passages:
-        return ["no passage passed the reranker threshold"]
+        return ["no passage passed the reranker threshold" if cut else "no passage was found"]
     found = []
     if signals.top_score < context.auto_min_top_score:
         found.append(

@@ -4,6 +4,12 @@ Duplicates are the same document key from the same source (retrieved by several 
 or near-identical text (5-word shingle Jaccard ≥ 0.9, e.g. one passage indexed twice). Each
 candidate is scored against every subquery that retrieved it and keeps its best score, as
 Azure's semantic ranker scores a document against the query that found it.
+
+Which candidates a threshold drops is :func:`~agentic_retrieval.context.applied_threshold`'s
+rule, decided per candidate: an explicit threshold always, the default one only where the
+candidate's score is calibrated relevance. The ``semanticReranker`` record says how many
+scores were calibrated and how much of the searched wording the top passages hold, so a
+ranking nobody judged is never mistaken for a judged one.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from agentic_retrieval.context import Context, current_context
+from agentic_retrieval.context import Context, applied_threshold, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.nodes._shared import (
@@ -25,11 +31,19 @@ from agentic_retrieval.nodes._shared import (
     next_round,
     remaining_seconds,
     results_processing,
+    searched_sources,
+    searched_text,
     step_completed,
     step_started,
 )
-from agentic_retrieval.rerankers.base import Reranker, UsageReportingReranker, clamp_score
+from agentic_retrieval.rerankers.base import (
+    Reranker,
+    UsageReportingReranker,
+    calibration_of,
+    clamp_score,
+)
 from agentic_retrieval.rerankers.lexical import LexicalReranker
+from agentic_retrieval.signals import result_signals
 from agentic_retrieval.state import (
     DropReason,
     Drops,
@@ -68,19 +82,26 @@ def make_rerank(bindings: Bindings) -> NodeFn:
         left = remaining_seconds(state.started_at, context)
         timed_out = False
         try:
-            scores, error, usage = await asyncio.wait_for(
+            scores, error, usage, used = await asyncio.wait_for(
                 _score(bindings.reranker, to_score, queries), max(left, 0.0)
             )
         except TimeoutError:
             # keep what the searches found: rank it lexically rather than lose it
             timed_out = True
-            scores, _, usage = await _score(LexicalReranker(), to_score, queries)
+            scores, _, usage, used = await _score(LexicalReranker(), to_score, queries)
             error = ErrorInfo.of(
                 "Timeout",
                 f"reranker {bindings.reranker.name} ran out of time; "
                 "candidates were ranked by lexical coverage instead",
             )
-        selection, drops = select(to_score, scores, params, context, unranked)
+        calibrated = {
+            (hit.source, hit.doc_key): flag
+            for hit, flag in zip(to_score, calibration_of(used, to_score), strict=True)
+        }
+        selection, drops = select(to_score, scores, params, context, unranked, calibrated)
+        signals = result_signals(
+            selection, searched_text(state), searched_sources(state), context.auto_top_k
+        )
         record = RerankActivity(
             key=key,
             started=wall,
@@ -89,6 +110,8 @@ def make_rerank(bindings: Bindings) -> NodeFn:
             reranker=bindings.reranker.name,
             candidate_count=len(to_score),
             kept_count=len(selection),
+            calibrated_count=sum(calibrated.values()),
+            term_coverage=round(signals.term_coverage, 3) if selection else None,
             usage=usage,
         )
         step_completed(runtime.stream_writer, record)
@@ -106,11 +129,14 @@ def select(
     params: dict[str, KnowledgeSourceParams],
     context: Context,
     unranked: Sequence[RetrievedHit] = (),
+    calibrated: dict[tuple[str, str], bool] | None = None,
 ) -> tuple[list[RankedHit], Drops]:
     """Apply thresholds, merge unreranked sources, apply the document caps.
 
-    Reranked candidates under their source's ``rerankerThreshold`` (else the context's) are
-    dropped, the rest sorted by score (ties: the source's own score). Hits of sources with
+    Reranked candidates under their threshold are dropped (their source's
+    ``rerankerThreshold``, else the context's; left to the default, 2.5 where the candidate's
+    score is calibrated, per ``calibrated``, and none where it is not), the rest sorted by
+    score (ties: the source's own score). Hits of sources with
     ``resultsProcessing: none`` keep their source order and are interleaved by position
     (reranked first at each position). Each source's ``maxOutputDocuments`` then applies,
     and the total is capped by ``context.max_output_documents`` (else ``top_n``).
@@ -121,9 +147,11 @@ def select(
     drops: Drops = {}
     ranked: list[tuple[float, RetrievedHit]] = []
     for hit in candidates:
-        score = scores.get((hit.source, hit.doc_key), 0.0)
-        threshold = params[hit.source].reranker_threshold if hit.source in params else None
-        threshold = context.reranker_threshold if threshold is None else threshold
+        key = (hit.source, hit.doc_key)
+        score = scores.get(key, 0.0)
+        given = params[hit.source].reranker_threshold if hit.source in params else None
+        judged = True if calibrated is None else calibrated.get(key, False)
+        threshold = applied_threshold(given, context.reranker_threshold, judged)
         if threshold is None or score >= threshold:
             ranked.append((score, hit))
         else:
@@ -269,8 +297,13 @@ async def _score(
     reranker: Reranker,
     candidates: list[RetrievedHit],
     queries: dict[tuple[str, str], set[str]],
-) -> tuple[dict[tuple[str, str], float], ErrorInfo | None, Usage]:
-    """Score candidates per query (concurrently) and keep each one's best score."""
+) -> tuple[dict[tuple[str, str], float], ErrorInfo | None, Usage, Reranker]:
+    """Score candidates per query (concurrently) and keep each one's best score.
+
+    Returns:
+        The best score per (source, doc key), the error if the reranker failed, the tokens
+        used, and the reranker whose scores these are (the lexical fallback after a failure).
+    """
     by_query: dict[str, list[RetrievedHit]] = defaultdict(list)
     for hit in candidates:
         for query in sorted(queries[(hit.source, hit.doc_key)]):
@@ -284,8 +317,8 @@ async def _score(
         logger.warning("reranker %s failed, falling back to lexical: %s", reranker.name, exc)
         message = f"reranker {reranker.name} failed; candidates were ranked by lexical coverage"
         error = ErrorInfo.of("RerankerError", message)
-        fallback = LexicalReranker()
-        results = [await _score_one(fallback, q, g) for q, g in by_query.items()]
+        reranker = LexicalReranker()
+        results = [await _score_one(reranker, q, g) for q, g in by_query.items()]
     best: dict[tuple[str, str], float] = {}
     usage = Usage()
     for group, scores, used in results:
@@ -294,7 +327,7 @@ async def _score(
         for hit, score in zip(group, scores, strict=True):
             key = (hit.source, hit.doc_key)
             best[key] = max(best.get(key, 0.0), clamp_score(score))
-    return best, error, usage
+    return best, error, usage, reranker
 
 
 async def _score_one(

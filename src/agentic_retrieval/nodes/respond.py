@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from langgraph.types import StreamWriter
 
-from agentic_retrieval.context import Context, current_context
+from agentic_retrieval.context import Context, applied_threshold, current_context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.nodes._shared import (
     NodeFn,
@@ -87,10 +87,13 @@ def _warnings(state: RetrievalState, context: Context, grounded: set[int]) -> di
     for key, reasons in drops.items():
         source = sources.get(key)
         given = state.source_params.get(source) if source else None
-        threshold = given.reranker_threshold if given is not None else None
-        warning = drop_warning(
-            reasons, context.reranker_threshold if threshold is None else threshold
+        # only a threshold that applied drops: a default one, to calibrated scores only
+        threshold = applied_threshold(
+            given.reranker_threshold if given is not None else None,
+            context.reranker_threshold,
+            calibrated=True,
         )
+        warning = drop_warning(reasons, threshold)
         if warning:
             warnings[key] = warning
     return warnings

@@ -1,8 +1,9 @@
 """Rerankers: one score per candidate on Azure's 0-4 semantic scale (see ``base.py``)."""
 
-from agentic_retrieval.rerankers.base import Reranker, clamp_score
+from agentic_retrieval.rerankers.base import Reranker, calibration_of, clamp_score
 from agentic_retrieval.rerankers.compressor import CompressorReranker
 from agentic_retrieval.rerankers.embedding import EmbeddingReranker
+from agentic_retrieval.rerankers.hybrid import HybridReranker
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.rerankers.llm_grader import LLMGraderReranker, RerankError
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
@@ -12,11 +13,13 @@ __all__ = [
     "RERANKER_NAMES",
     "CompressorReranker",
     "EmbeddingReranker",
+    "HybridReranker",
     "LLMGraderReranker",
     "LexicalReranker",
     "PassthroughReranker",
     "RerankError",
     "Reranker",
+    "calibration_of",
     "clamp_score",
     "reranker_by_name",
 ]

@@ -11,6 +11,16 @@ the same thing whichever reranker runs:
 
 Each implementation documents how it maps its native score onto this scale.
 
+Each reranker also declares whether its scores are *calibrated relevance*: whether a score
+says how well a passage answers, as measured on held-out labelled data (Azure's semantic
+ranker, a cross-encoder, an LLM grader), or only orders candidates (term overlap, which gives
+a paraphrase that answers a low score however good it is). The default ``rerankerThreshold``
+applies to calibrated scores only (see :func:`calibration_of`); an explicit threshold
+applies to every score. A reranker declares it with a ``calibrated`` attribute, or, when it
+mixes kinds of score (passing Azure's through, scoring the rest itself), with a
+``calibrated_for(hit)`` method. One that declares nothing is taken at its word: the protocol
+asks for Azure's scale, meaning included.
+
 A reranker that calls a model may also report the tokens it used: implement
 :class:`UsageReportingReranker` (``ascore_with_usage``) and the ``semanticReranker``
 activity record carries ``inputTokens`` / ``outputTokens``.
@@ -56,3 +66,23 @@ class UsageReportingReranker(Reranker, Protocol):
 def clamp_score(value: float) -> float:
     """Clamp ``value`` into the 0-4 semantic scale."""
     return max(MIN_SCORE, min(MAX_SCORE, float(value)))
+
+
+@runtime_checkable
+class MixedCalibrationReranker(Reranker, Protocol):
+    """Optional capability: a reranker whose scores are calibrated for some hits only."""
+
+    def calibrated_for(self, hit: Hit) -> bool:
+        """Whether the score this reranker gives ``hit`` is calibrated relevance."""
+        ...
+
+
+def calibration_of(reranker: Reranker, hits: Sequence[Hit]) -> list[bool]:
+    """Whether each hit's score from ``reranker`` is calibrated relevance (see the module doc).
+
+    ``calibrated_for(hit)`` when the reranker has it, else its ``calibrated`` attribute, else
+    ``True``.
+    """
+    if isinstance(reranker, MixedCalibrationReranker):
+        return [bool(reranker.calibrated_for(hit)) for hit in hits]
+    return [bool(getattr(reranker, "calibrated", True))] * len(hits)

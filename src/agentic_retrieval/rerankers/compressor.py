@@ -18,6 +18,11 @@ Results are clamped to [0, 4]. Documents the compressor drops (for example beyon
 ``CrossEncoderReranker`` only reorders) is scored by rank: of ``k`` returned documents the one
 at rank ``r`` (0-based) gets ``4 × (k - r) / k``; a score missing on only some documents
 counts as 0.0.
+
+Calibration: a compressor's own relevance score (a cross-encoder's, Cohere's, FlashRank's)
+counts as calibrated relevance, so the default threshold applies to it; scores by rank only
+order the documents, so it does not (:meth:`CompressorReranker.calibrated_for`). Pass
+``calibrated=`` to say otherwise for a compressor whose scores you have measured.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class CompressorReranker:
             class name).
         score_range: How the native score maps to 0-4 (see the module docstring).
         score_key: The metadata key holding the native score.
+        calibrated: Whether the scores are calibrated relevance (``None``: when the compressor
+            reports scores of its own, as the last call showed).
 
     """
 
@@ -58,6 +65,7 @@ class CompressorReranker:
         name: str | None = None,
         score_range: ScoreRange = "probability",
         score_key: str = "relevance_score",
+        calibrated: bool | None = None,
     ) -> None:
         if isinstance(score_range, tuple) and score_range[1] <= score_range[0]:
             raise ValueError(f"score_range must be (low, high) with low < high: {score_range}")
@@ -65,6 +73,14 @@ class CompressorReranker:
         self.name = name or f"compressor:{type(compressor).__name__}"
         self.score_range = score_range
         self.score_key = score_key
+        self.calibrated = calibrated
+        self._reported_scores: bool | None = None
+
+    def calibrated_for(self, hit: Hit) -> bool:
+        """Whether this compressor's scores are calibrated relevance (see the module doc)."""
+        if self.calibrated is not None:
+            return self.calibrated
+        return self._reported_scores is not False
 
     async def ascore(self, query: str, hits: Sequence[Hit]) -> list[float]:
         """Return one 0-4 score per hit (see the module docstring for the mapping)."""
@@ -86,6 +102,8 @@ class CompressorReranker:
         scores = [0.0] * len(sent)
         by_text = {doc.page_content: i for i, doc in reversed(list(enumerate(sent)))}
         has_score = any(self.score_key in doc.metadata for doc in returned)
+        if returned:  # a compressor either reports scores or only reorders: it is its nature
+            self._reported_scores = has_score
         for rank, doc in enumerate(returned):
             index = doc.metadata.get(INDEX_KEY, by_text.get(doc.page_content))
             if not isinstance(index, int) or not 0 <= index < len(sent):

@@ -1,4 +1,7 @@
-"""The default reranker when no model is available: query-term coverage blended with rank.
+"""Query-term coverage blended with rank: the lexical part of the default reranker.
+
+:class:`~agentic_retrieval.rerankers.hybrid.HybridReranker` blends it with vector similarity
+where a source computed one; alone, it is the ``lexical`` reranker.
 
 Mapping to the 0-4 scale, in two steps. The *blend* is ``4 × ((1 - r) × coverage + r × k /
 (k + rank))``, where ``rank``
@@ -18,15 +21,18 @@ title (chunks of one document share its title, so a title match alone says littl
 chunk); ``0`` otherwise. A passage containing every distinctive query term that its source
 ranks first blends to 3.3-4; one sharing only common words, ranked low, near 0.
 
-The blend orders candidates; *calibration* then gives the number the meaning of Azure's
-scale, so that ``rerankerThreshold`` (default 2.5, as Azure's) keeps what answers and drops
-what does not: two linear pieces through ``(0, 0)``, ``(CALIBRATION_KNOT, 2.5)`` and
-``(4, 4)``. The knot is the blend that best separated questions a corpus answers from
-questions it does not on labelled tuning questions (``benchmarks/bench_calibration.py``,
-recorded in ``benchmarks/README.md`` with held-out figures): on held-out questions the passage
-that answers scores a median of about 3.2 ("relevant"), the best candidate of a question the
-corpus cannot answer about 2.2 ("related, answers little"), and other candidates about 1
-("barely related"). Calibration is monotone, so the ranking is the blend's.
+The blend orders candidates; ``calibrate()`` then maps it onto Azure's scale with two linear
+pieces through ``(0, 0)``, ``(CALIBRATION_KNOT, 2.5)`` and ``(4, 4)``, the knot fitted on
+questions that share the documents' words (``benchmarks/bench_calibration.py``): there the
+answering passage scores a median of about 3.2, the best candidate of a question the corpus
+cannot answer about 2.2. The ``auto`` effort's ``auto_min_top_score`` reads that scale.
+Calibration is monotone, so the ranking is the blend's.
+
+The scores are **not calibrated relevance** (``calibrated = False``): a paraphrase shares few
+words with the passage that answers it, so its coverage is low however good the passage is
+(measured on paraphrased held-out questions, ``benchmarks/README.md``, "Relevance by
+default"). The default ``rerankerThreshold`` therefore does not apply to them; an explicit one
+does.
 
 It needs no model and is deterministic: a sensible floor. The embedding, cross-encoder and
 LLM rerankers judge meaning, not words.
@@ -62,6 +68,8 @@ class LexicalReranker:
     """
 
     name = "lexical-coverage"
+    calibrated = False
+    """Term overlap orders candidates but cannot tell that a paraphrase answers."""
 
     def __init__(self, rank_weight: float = RANK_WEIGHT) -> None:
         if not 0.0 <= rank_weight <= 1.0:

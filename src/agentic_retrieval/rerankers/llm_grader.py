@@ -18,7 +18,9 @@ the model invents are ignored.
 Failure behaviour: each call is made with ``with_structured_output(schema, include_raw=True)``.
 If it raises or its output does not parse, it is retried once. If the retry fails too, that
 batch is scored by ``fallback`` (another :class:`~agentic_retrieval.rerankers.base.Reranker`,
-e.g. the lexical one) when one was given, else :class:`RerankError` is raised.
+e.g. the lexical one) when one was given, else :class:`RerankError` is raised. The grader's
+scores count as calibrated relevance (the default threshold applies), those of a fallback
+batch included: give a fallback whose scores mean the same, or none.
 
 Token usage: :meth:`LLMGraderReranker.ascore_with_usage` returns the scores and
 ``{"inputTokens": ..., "outputTokens": ...}`` summed over every call of that invocation
@@ -86,6 +88,10 @@ class LLMGraderReranker:
         prompt: The system prompt (default: the module constant for ``mode``).
 
     """
+
+    calibrated = True
+    """The model grades on the scale itself: the default threshold applies (a batch scored by
+    ``fallback`` after two unusable answers is the exception, see the module docstring)."""
 
     def __init__(
         self,

@@ -35,9 +35,10 @@ RERANKERS: dict[str, Callable[[], Reranker]] = {
     "lexical": LexicalReranker,
     "embedding": _passthrough_embedding,
 }
-"""``default``: a source's own semantic score, else lexical coverage. ``lexical``: lexical
-coverage for every hit. ``embedding``: a source's own semantic score, else the offline
-all-MiniLM-L6-v2 embedding reranker (the ``[local]`` extra)."""
+"""``default``: a source's own semantic score, else lexical coverage blended with the vector
+similarity a hybrid source computed (no model to load). ``lexical``: lexical coverage for every
+hit. ``embedding``: a source's own semantic score, else the offline all-MiniLM-L6-v2
+embedding reranker, which embeds every candidate again (the ``[local]`` extra)."""
 
 RERANKER_NAMES = tuple(RERANKERS)
 

@@ -198,8 +198,11 @@ def _rerank(entry: RerankActivity) -> dict[str, Any]:
         "reranker": entry.reranker,
         "candidateCount": entry.candidate_count,
         "keptCount": entry.kept_count,
+        "calibratedCount": entry.calibrated_count,
         "elapsedMs": entry.elapsed_ms,
     }
+    if entry.term_coverage is not None:
+        record["termCoverage"] = entry.term_coverage
     if entry.usage.input_tokens:
         record["inputTokens"] = entry.usage.input_tokens
     if entry.usage.output_tokens:
