@@ -20,7 +20,9 @@ def kb(tmp_path):
     for i in range(4):
         write(
             docs / f"{LONG_NAME}-{i}.md",
-            f"# Deductible {i}\n\n" + "The yearly deductible is 2000 dollars per person. " * 20,
+            # the body differs too: identical bodies are one passage to the reranker's dedupe
+            f"# Deductible {i}\n\nPlan {i}. "
+            + "The yearly deductible is 2000 dollars per person. " * 20,
         )
     result = runner.invoke(
         app, ["index", "--kb", str(tmp_path / "kb"), "--source", "plans", str(docs)]

@@ -19,6 +19,7 @@ DEFAULT_CHUNK_SIZE = 1200
 DEFAULT_OVERLAP = 200
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+_HEADING_MARKS = re.compile(r"^\s{0,3}#{1,6}\s+|\s+#+\s*$")
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?…])|(?<=[.!?…][\"')\]]))\s+")
 _SPACES = re.compile(r"[ \t\f\v\r\u00a0]+")
 
@@ -41,6 +42,25 @@ def normalize_text(text: str) -> str:
         if joined:
             paragraphs.append(joined)
     return "\n\n".join(paragraphs)
+
+
+def body_without_title(title: str | None, text: str) -> str:
+    """``text`` without its first line when that line is the title (``# Title`` included).
+
+    A title counts once whichever way a document comes in: a Markdown file opening with
+    ``# Ferries`` and the record ``{"title": "Ferries", "text": ...}`` index the same title and
+    the same body, so they rank the same. Text that is nothing but its title is kept whole.
+    """
+    if not title:
+        return text
+    start = len(text) - len(text.lstrip())
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    first = _HEADING_MARKS.sub("", text[start:end])
+    if " ".join(first.split()).casefold() != " ".join(title.split()).casefold():
+        return text
+    rest = text[end:]
+    return rest if rest.strip() else text
 
 
 def split_sentences(paragraph: str) -> list[str]:

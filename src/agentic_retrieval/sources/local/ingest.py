@@ -40,7 +40,12 @@ from typing import Any, Literal
 from langchain_core.embeddings import Embeddings
 
 from agentic_retrieval.permissions import Permissions
-from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
+from agentic_retrieval.sources.local.chunking import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_OVERLAP,
+    body_without_title,
+    chunk_text,
+)
 from agentic_retrieval.sources.local.loaders import (
     SUPPORTED_EXTENSIONS,
     LoadedDocument,
@@ -499,8 +504,10 @@ class _FileIndexer:
 
     def _chunks(self, path: Path, slug: str, document: LoadedDocument) -> list[ChunkRecord]:
         records: list[ChunkRecord] = []
-        for section in document.sections:
-            for text in chunk_text(section.text, self.chunk_size, self.overlap):
+        for index, section in enumerate(document.sections):
+            # the title line is the title's, not the body's (as a record's is)
+            body = body_without_title(document.title, section.text) if index == 0 else section.text
+            for text in chunk_text(body, self.chunk_size, self.overlap):
                 ordinal = len(records)
                 fields: dict[str, Any] = {
                     **self.metadata,

@@ -30,7 +30,12 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from agentic_retrieval.permissions import Permissions
-from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
+from agentic_retrieval.sources.local.chunking import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_OVERLAP,
+    body_without_title,
+    chunk_text,
+)
 from agentic_retrieval.sources.local.ingest import (
     FileFailure,
     IndexProgress,
@@ -265,7 +270,8 @@ class _Indexer:
         return "indexed", _Prepared(record, state, chunks, origin, permissions)
 
     def _chunks(self, record: Record) -> list[ChunkRecord]:
-        texts = chunk_text(record.text, self.chunk_size, self.overlap) or [record.text]
+        body = body_without_title(record.title, record.text)  # a title counts once, as a file's
+        texts = chunk_text(body, self.chunk_size, self.overlap) or [record.text]
         return [
             ChunkRecord(
                 f"{record.id}#{ordinal}",
