@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from agentic_retrieval import Context, InMemoryKnowledgeSource, KnowledgeBase
 from agentic_retrieval.cli import app
 from agentic_retrieval.context import THRESHOLD_ENV_VAR, applied_threshold, parse_threshold
-from agentic_retrieval.errors import ThresholdSettingError
-from agentic_retrieval.kb.definitions import KnowledgeBaseSettings
+from agentic_retrieval.errors import InvalidDefinitionError, ThresholdSettingError
+from agentic_retrieval.kb.catalog import defaults_for
+from agentic_retrieval.kb.definitions import KnowledgeBaseSettings, parse_knowledge_base
 from agentic_retrieval.kb.loader import open_knowledge_base
 from agentic_retrieval.rerankers import (
     HybridReranker,
@@ -210,6 +211,21 @@ def test_knowledge_base_settings_win_over_the_environment(benefits, monkeypatch)
     assert len(keys(ask(kb, knowledgeSourceParams=params))) == 3
 
 
+def test_a_service_knowledge_base_definition_sets_the_threshold(benefits, monkeypatch):
+    monkeypatch.delenv(THRESHOLD_ENV_VAR, raising=False)
+    body = {
+        "name": "plans",
+        "knowledgeSources": [{"name": "benefits"}],
+        "retrieveDefaults": {"rerankerThreshold": 2.0},
+    }
+    definition = parse_knowledge_base(body)
+    assert definition.to_wire()["retrieveDefaults"] == {"rerankerThreshold": 2.0}
+    kb = KnowledgeBase([benefits], defaults=defaults_for(definition))
+    assert keys(ask(kb)) == ["dental", "pharmacy"]
+    with pytest.raises(InvalidDefinitionError, match="rerankerThreshold"):
+        parse_knowledge_base({**body, "retrieveDefaults": {"rerankerThreshold": 5}})
+
+
 def test_a_context_threshold_is_honoured_in_a_dict_context_too(benefits):
     kb = KnowledgeBase([benefits])
     state = {"intents": [QUESTION]}
@@ -360,4 +376,5 @@ def test_cli_readable_output_says_what_was_left_out_and_that_nothing_was_judged(
     default = runner.invoke(app, ["retrieve", "--kb", str(kb_dir), "--effort", "minimal", QUESTION])
     out = " ".join(default.stdout.split())
     assert "Relevance: 3 of 3 candidates have no calibrated relevance score" in out
-    assert "none was dropped for scoring low; the top passages hold" in out
+    assert "so the default threshold does not cut them; the top passages hold" in out
+    assert "of the question's words" in out

@@ -957,12 +957,16 @@ def _render_relevance(activity: list[dict[str, Any]]) -> None:
     last = reranks[-1]
     candidates, calibrated = last.get("candidateCount", 0), last.get("calibratedCount", 0)
     coverage = last.get("termCoverage")
-    held = "" if coverage is None else f"; the top passages hold {coverage:.0%} of its words"
+    held = (
+        ""
+        if coverage is None
+        else f"; the top passages hold {coverage:.0%} of the question's words"
+    )
     if candidates and calibrated < candidates:
         out.print(
             f"Relevance: {candidates - calibrated} of {candidates} candidates have no "
             f"calibrated relevance score ({last.get('reranker')}): they are ranked, not "
-            f"judged, and none was dropped for scoring low{held}.",
+            f"judged, so the default threshold does not cut them{held}.",
             markup=False,
         )
     elif candidates:
