@@ -8,7 +8,9 @@ questions of ``bench_rerankers.py``) or contains the answering phrase (Northwind
 hit@1, hit@5 and MRR per configuration:
 
 - store ranking only (BM25, or BM25 + vectors fused by RRF for hybrid), no reranking
-- the default reranker (lexical coverage)
+- lexical coverage alone (the default reranker before issue 18)
+- the default reranker: lexical coverage blended with the vector similarity the hybrid store
+  computed (the same as lexical coverage on the lexical store, which has none)
 - the embedding reranker (all-MiniLM-L6-v2) when the ``[local]`` extra is installed
 
 Run: ``.venv/bin/python benchmarks/bench_quality.py`` (skips with a note when ../shared/data
@@ -17,6 +19,7 @@ is absent; hybrid and embedding rows need the ``[local]`` extra).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import re
 import sys
@@ -29,7 +32,12 @@ from bench_rerankers import QUESTIONS as EARTH_QUESTIONS
 
 from agentic_retrieval import Context, KnowledgeBase
 from agentic_retrieval.embeddings import local_embeddings, local_embeddings_available
-from agentic_retrieval.rerankers import EmbeddingReranker, LexicalReranker, Reranker
+from agentic_retrieval.rerankers import (
+    EmbeddingReranker,
+    HybridReranker,
+    LexicalReranker,
+    Reranker,
+)
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 from agentic_retrieval.wire.models import RetrieveResponse
@@ -119,14 +127,22 @@ async def measure(kb: KnowledgeBase, cases: list[tuple[str, Callable[[dict], boo
 
 
 async def main() -> int:
+    global DATA
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA, help="../shared/data elsewhere")
+    parser.add_argument(
+        "--no-embedding-reranker", action="store_true", help="skip the slow re-embedding rows"
+    )
+    args = parser.parse_args()
+    DATA = args.data
     if not DATA.is_dir():
         print("../shared/data is absent: nothing to measure")
         return 0
     cases = [(q, earth_check(p)) for q, p in EARTH_QUESTIONS]
     cases += [(q, phrase_check(p)) for q, p in NORTHWIND_QUESTIONS]
     model = local_embeddings() if local_embeddings_available() else None
-    rerankers: list[Reranker] = [NoRerank(), LexicalReranker()]
-    if model is not None:
+    rerankers: list[Reranker] = [NoRerank(), LexicalReranker(), HybridReranker()]
+    if model is not None and not args.no_embedding_reranker:
         rerankers.append(EmbeddingReranker(model))
     print(
         f"{len(EARTH_QUESTIONS)} Earth-book + {len(NORTHWIND_QUESTIONS)} Northwind questions,"
