@@ -22,7 +22,8 @@ that catches those keeps working. The kinds:
 - :class:`ODataError`: a filter that does not parse; :class:`FilterFieldError` one that names
   a field its source does not have, or compares a field with the wrong kind of value.
 - :class:`LocalStoreError`: the embedded store: :class:`LoaderError` (a file that cannot be
-  read into it), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
+  read into it; :class:`ConversionLimitError` when it would cost more to convert than a
+  limit allows), :class:`RecordError` (a record that cannot be) or :class:`StoreError` (a
   store file that cannot be used; :class:`StoreNotFoundError` when there is none,
   :class:`StoreUnavailableError` while it is damaged or missing, :class:`StoreClosedError`
   once it was closed (its index or source deleted), :class:`StoreBusyError` while another
@@ -282,6 +283,20 @@ class LoaderError(LocalStoreError, ValueError):
 
 class MissingConverterError(LoaderError):
     """A file format needs an optional extra that is not installed (the message names it)."""
+
+
+class ConversionLimitError(LoaderError):
+    """A file would cost more to convert than a limit allows (it is refused, not truncated).
+
+    Args:
+        message: What the file claimed and the limit it crosses.
+        limit: The limit's name (a field of
+            :class:`~agentic_retrieval.sources.local.conversion_limits.ConversionLimits`).
+    """
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class StoreError(LocalStoreError, RuntimeError):

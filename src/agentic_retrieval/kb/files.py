@@ -27,11 +27,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentic_retrieval.errors import (
+    ConversionLimitError,
     InvalidRequestError,
     LoaderError,
     MissingConverterError,
     ResourceConflictError,
     ResourceNotFoundError,
+    ServiceError,
     TooLargeError,
     UnreadableFileError,
     UnsupportedFileError,
@@ -274,17 +276,37 @@ def convert(upload: FileUpload) -> LoadedDocument:
 
     Raises:
         UnsupportedFileError: An optional converter is missing (the message names the extra).
+        TooLargeError: The file crosses a conversion limit (the message names it).
         UnreadableFileError: A corrupt file, or one without any text.
     """
     try:
         document = load_file(Path(upload.file_name), upload.content)  # only its name is read
-    except MissingConverterError as exc:
-        raise UnsupportedFileError(str(exc)) from exc
     except LoaderError as exc:
-        raise UnreadableFileError(f"could not read '{upload.file_name}': {exc}") from exc
+        raise conversion_error(upload.file_name, exc) from exc
+    return converted(upload.file_name, document)
+
+
+def converted(file_name: str, document: LoadedDocument) -> LoadedDocument:
+    """``document``, once it has some text.
+
+    Raises:
+        UnreadableFileError: It has none.
+    """
     if not any(section.text.strip() for section in document.sections):
-        raise UnreadableFileError(f"'{upload.file_name}' has no extractable text")
+        raise UnreadableFileError(f"'{file_name}' has no extractable text")
     return document
+
+
+def conversion_error(file_name: str, exc: LoaderError) -> ServiceError:
+    """What a failed conversion answers: 415 (missing extra), 413 (a limit) or 400."""
+    if isinstance(exc, MissingConverterError):
+        return UnsupportedFileError(str(exc))
+    if isinstance(exc, ConversionLimitError):
+        return TooLargeError(
+            f"'{file_name}' cannot be converted: {exc}; the server's operator can raise the "
+            f"limit (serve --conversion-limit {exc.limit}=N)"
+        )
+    return UnreadableFileError(f"could not read '{file_name}': {exc}")
 
 
 def public(described: Mapping[str, Any]) -> dict[str, Any]:

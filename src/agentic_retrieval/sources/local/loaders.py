@@ -4,7 +4,8 @@ TXT, Markdown, HTML and PDF are read here; CSV, JSON and Office documents (DOCX,
 extra ``office``) in :mod:`.formats`. PDF is read with ``pypdf`` page by page (what
 ``langchain-community``'s ``PyPDFLoader`` wraps), so every chunk keeps its page number for
 citations. Each loader returns a :class:`LoadedDocument`; a file that cannot be read raises
-:class:`LoaderError` with a reason the ingest report shows to the user.
+:class:`LoaderError` with a reason the ingest report shows to the user, and one that would
+cost more than its :class:`ConversionLimits` allow a :class:`ConversionLimitError`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from agentic_retrieval.errors import ConversionLimitError
+
 # defined in errors.py; importable from here as before
 from agentic_retrieval.errors import LoaderError as LoaderError
+from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 
 SUPPORTED_EXTENSIONS = frozenset(
     {
@@ -54,25 +58,36 @@ class LoadedDocument:
     sections: tuple[Section, ...]
 
 
-def load_file(path: Path, data: bytes) -> LoadedDocument:
+def load_file(path: Path, data: bytes, limits: ConversionLimits | None = None) -> LoadedDocument:
     """Turn the bytes of ``path`` into a document, choosing the loader by extension.
 
     Args:
         path: The file's path (for the extension and the fallback title).
         data: The file's content, already read (so the caller hashes what it indexes).
+        limits: What converting it may cost (default: :class:`ConversionLimits` defaults).
+            Only the content limits apply here; time and memory bound the child process
+            of :func:`~agentic_retrieval.sources.local.conversion.convert_in_child`.
 
     Returns:
         The document; its sections may be empty when the file has no text.
 
     Raises:
+        ConversionLimitError: The file crosses a limit (it is refused, never truncated).
         LoaderError: Unsupported extension, binary content, or a corrupt file
             (:class:`~agentic_retrieval.errors.MissingConverterError` when an extra is needed).
 
     """
+    limits = limits or ConversionLimits()
     loader = _LOADERS.get(path.suffix.lower()) or _more_formats().get(path.suffix.lower())
     if loader is None:
         raise LoaderError(f"unsupported file type {path.suffix or '(none)'!r}")
-    return loader(path, data)
+    document = loader(path, data, limits)
+    chars = sum(len(section.text) for section in document.sections)
+    if chars > limits.text_chars:
+        raise ConversionLimitError(
+            f"{chars:,} characters of text (limit text_chars={limits.text_chars})", "text_chars"
+        )
+    return document
 
 
 def title_from_filename(path: Path) -> str:
@@ -103,7 +118,7 @@ def _first_line_title(text: str) -> str | None:
     return None
 
 
-def _load_txt(path: Path, data: bytes) -> LoadedDocument:
+def _load_txt(path: Path, data: bytes, _: ConversionLimits) -> LoadedDocument:
     text = decode_text(path, data)
     title = _first_line_title(text) or title_from_filename(path)
     return LoadedDocument(title, (Section(text),) if text.strip() else ())
@@ -112,7 +127,7 @@ def _load_txt(path: Path, data: bytes) -> LoadedDocument:
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
-def _load_markdown(path: Path, data: bytes) -> LoadedDocument:
+def _load_markdown(path: Path, data: bytes, _: ConversionLimits) -> LoadedDocument:
     text = decode_text(path, data)
     heading = _MD_HEADING.search(text)
     title = heading.group(1).strip() if heading else title_from_filename(path)
@@ -184,7 +199,7 @@ class _HtmlText(HTMLParser):
         self.parts.append(data)
 
 
-def _load_html(path: Path, data: bytes) -> LoadedDocument:
+def _load_html(path: Path, data: bytes, _: ConversionLimits) -> LoadedDocument:
     parser = _HtmlText()
     parser.feed(decode_text(path, data))
     parser.close()
@@ -194,22 +209,25 @@ def _load_html(path: Path, data: bytes) -> LoadedDocument:
     return LoadedDocument(title, (Section(text),) if text.strip() else ())
 
 
-def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
+def _load_pdf(path: Path, data: bytes, limits: ConversionLimits) -> LoadedDocument:
     import io
 
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
+    sections: list[Section] = []
+    chars = 0
     try:
         reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            raise LoaderError("encrypted PDF")
-        sections = tuple(
-            Section(text, page=number)
-            for number, page in enumerate(reader.pages, start=1)
-            if (text := page.extract_text() or "").strip()
-        )
-        meta_title = (reader.metadata.title if reader.metadata else None) or ""
+        encrypted = reader.is_encrypted
+        for number, page in enumerate([] if encrypted else reader.pages, start=1):
+            text = page.extract_text() or ""
+            chars += len(text)
+            if chars > limits.text_chars:
+                break  # refused below, before reading further pages
+            if text.strip():
+                sections.append(Section(text, page=number))
+        meta_title = "" if encrypted else (reader.metadata.title if reader.metadata else "")
     # pypdf raises its own errors but also bare KeyError/TypeError/... on damaged files.
     except (
         PyPdfError,
@@ -225,11 +243,20 @@ def _load_pdf(path: Path, data: bytes) -> LoadedDocument:
     ) as exc:
         # pypdf's own wording names its internals; the cause stays chained for debugging
         raise LoaderError("unreadable PDF (damaged, truncated or not a PDF)") from exc
-    title = " ".join(str(meta_title).split())[:_MAX_TITLE] or title_from_filename(path)
-    return LoadedDocument(title, sections)
+    if encrypted:
+        raise LoaderError("encrypted PDF")
+    if chars > limits.text_chars:
+        raise ConversionLimitError(
+            f"more than {limits.text_chars:,} characters of text (limit text_chars="
+            f"{limits.text_chars})",
+            "text_chars",
+        )
+    title = " ".join(str(meta_title or "").split())[:_MAX_TITLE] or title_from_filename(path)
+    return LoadedDocument(title, tuple(sections))
 
 
-_LOADERS: dict[str, Callable[[Path, bytes], LoadedDocument]] = {
+_Loader = Callable[[Path, bytes, ConversionLimits], LoadedDocument]
+_LOADERS: dict[str, _Loader] = {
     ".txt": _load_txt,
     ".md": _load_markdown,
     ".markdown": _load_markdown,
@@ -239,7 +266,7 @@ _LOADERS: dict[str, Callable[[Path, bytes], LoadedDocument]] = {
 }
 
 
-def _more_formats() -> dict[str, Callable[[Path, bytes], LoadedDocument]]:
+def _more_formats() -> dict[str, _Loader]:
     from agentic_retrieval.sources.local import formats
 
     return {
