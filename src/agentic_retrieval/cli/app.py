@@ -42,6 +42,7 @@ from agentic_retrieval.odata import Expr, check_fields, parse_filter
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.sources.base import TypedFilterableKnowledgeSource
 from agentic_retrieval.sources.local import IndexProgress, IndexReport
+from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
@@ -1049,6 +1050,22 @@ def serve(
     max_upload_bytes: Annotated[
         int, typer.Option(help="Largest document batch or uploaded file.")
     ] = 16 * 1024 * 1024,
+    conversion_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--conversion-limit",
+            help="NAME=VALUE: what converting one uploaded file may cost (repeatable; names: "
+            "seconds, memory_mb, text_chars, rows, cells, zip_members, zip_member_mb, "
+            "zip_total_mb, zip_ratio, xml_depth; see README).",
+        ),
+    ] = None,
+    conversion_workers: Annotated[
+        int | None,
+        typer.Option(help="Uploaded files converted at once (default: half the CPUs).", min=1),
+    ] = None,
+    conversion_queue: Annotated[
+        int, typer.Option(help="Uploads waiting for a conversion before a 429.", min=0)
+    ] = 16,
     query_key_for: Annotated[
         list[str] | None,
         typer.Option(
@@ -1111,6 +1128,9 @@ def serve(
             max_upload_bytes=max_upload_bytes,
             host=host,
             public_url=public_url,
+            conversion_limits=ConversionLimits.parse(conversion_limit or []),
+            conversion_workers=conversion_workers,
+            conversion_queue=conversion_queue,
             **access,
         )
         settings.access_policy()  # a JWKS file that cannot be read fails here, in one line

@@ -40,6 +40,7 @@ from agentic_retrieval.errors import (
 )
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.documents import DocumentStore
+from agentic_retrieval.sources.local.formats import missing_converter
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS, LoadedDocument, load_file
 
 _PARSING_MODES = {
@@ -98,8 +99,13 @@ class SourceFiles:
         self.max_files = max_files
         self.permission_options = permission_options
 
-    def upload(self, upload: FileUpload) -> FileOutcome:
+    def upload(self, upload: FileUpload, document: LoadedDocument | None = None) -> FileOutcome:
         """Add a new file.
+
+        Args:
+            upload: The file.
+            document: Its text, converted already (the server converts in a child process);
+                ``None``: converted here.
 
         Raises:
             InvalidRequestError: A bad file name or metadata.
@@ -108,8 +114,8 @@ class SourceFiles:
                 one would).
             UnreadableFileError: A corrupt file, or one without text.
         """
-        self._check(upload)
-        document = convert(upload)  # the slow part, before other writers are held up
+        self.check(upload)
+        document = document or convert(upload)  # the slow part, before writers are held up
         with self.documents.store.transaction():  # one writer: names stay unique
             existing = self._by_name(upload.file_name)
             if existing is not None:
@@ -126,8 +132,12 @@ class SourceFiles:
             now = _now()
             return self._write(str(uuid.uuid4()), upload, document, created=now, updated=now)
 
-    def update(self, file_id: str, upload: FileUpload) -> FileOutcome:
+    def update(
+        self, file_id: str, upload: FileUpload, document: LoadedDocument | None = None
+    ) -> FileOutcome:
         """Replace a file's content (and name and metadata).
+
+        ``document`` is as for :meth:`upload`; identical content is skipped unconverted.
 
         Raises:
             ResourceNotFoundError: No file with that id.
@@ -136,10 +146,10 @@ class SourceFiles:
                 :meth:`upload`.
         """
         current = self._current(file_id)
-        self._check(upload)
+        self.check(upload)
         if current.get("contentHash") == _digest(upload):
             return FileOutcome(public(current), indexed=False)
-        document = convert(upload)
+        document = document or convert(upload)
         with self.documents.store.transaction():
             current = self._current(file_id)  # it may have gone while converting
             other = self._by_name(upload.file_name)
@@ -151,6 +161,14 @@ class SourceFiles:
             return self._write(
                 file_id, upload, document, created=current["createdAt"], updated=_now()
             )
+
+    def unchanged(self, file_id: str, upload: FileUpload) -> bool:
+        """Whether ``upload`` is what the file already holds (an update would skip it).
+
+        Raises:
+            ResourceNotFoundError: No file with that id.
+        """
+        return bool(self._current(file_id).get("contentHash") == _digest(upload))
 
     def delete(self, file_id: str) -> bool:
         """Remove a file and its chunks; ``False`` when there was none."""
@@ -172,7 +190,12 @@ class SourceFiles:
             after = batch[-1][0]
         return sorted(files, key=lambda f: (f["fileName"], f["fileId"]))
 
-    def _check(self, upload: FileUpload) -> None:
+    def check(self, upload: FileUpload) -> None:
+        """Refuse a bad name, metadata, size, type or permission ids before converting.
+
+        Raises:
+            InvalidRequestError, TooLargeError, UnsupportedFileError: What is wrong.
+        """
         name = upload.file_name
         parts = PurePosixPath(name).parts
         if not name or len(name) > MAX_FILE_NAME or name.startswith("/") or ".." in parts:
@@ -193,6 +216,9 @@ class SourceFiles:
                 f"fileName: files of type {suffix or '(none)'!r} cannot be converted to text; "
                 f"supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}"
             )
+        missing = missing_converter(suffix)
+        if missing is not None:
+            raise UnsupportedFileError(str(missing))
         self.permissions(upload)
 
     def permissions(self, upload: FileUpload) -> Permissions | None:

@@ -8,6 +8,7 @@ on the event loop end to end (``graph.ainvoke``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import uuid
@@ -23,6 +24,7 @@ from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
+from agentic_retrieval.server.conversions import ConversionPool
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError, install_error_handlers
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.management import Management, add_management_routes
@@ -85,10 +87,18 @@ def create_app(
     # every knowledge base, a service's included (its MCP server starts on first use)
     serves_mcp = mcp and (bool(fixed) or catalog is not None)
     mounts = _mcp_mounts(registry, keys, policy, settings.host) if serves_mcp else None
+    conversions = ConversionPool(
+        settings.conversion_limits,
+        workers=settings.conversion_workers,
+        queue=settings.conversion_queue,
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            stack.callback(conversions.close)
+            if service is not None:  # uploads convert through it: start it before the first
+                asyncio.get_running_loop().run_in_executor(None, conversions.warm_up)
             if mounts is not None:
                 await stack.enter_async_context(mounts.running())
             yield
@@ -125,6 +135,7 @@ def create_app(
             catalog,
             max_file_bytes=settings.max_upload_bytes,
             policy=policy,
+            conversions=conversions,
         ),
     )
     _add_routes(app, registry, keys, policy)

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys
 from agentic_retrieval.server.tokens import TokenSettings, TokenValidator
+from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest request body accepted (1 MiB); bigger bodies get a 413 before any parsing."""
@@ -53,6 +54,11 @@ class ServerSettings:
             ``@odata.nextLink``). ``None``: the address the server is bound to, as the
             connection's socket reports it. Never the request's ``Host`` header, which any
             client can set.
+        conversion_limits: What converting one uploaded file may cost (time, memory, rows,
+            cells, ZIP expansion...); a file beyond is a 413 naming the limit.
+        conversion_workers: Uploaded files converted at once, each in its own child process
+            (default: half the CPUs, 1 to 4).
+        conversion_queue: Uploads that may wait for a conversion worker; more get a 429.
     """
 
     api_keys: list[str] = field(default_factory=list)
@@ -71,6 +77,9 @@ class ServerSettings:
     retry_after_seconds: int = 1
     host: str = "127.0.0.1"
     public_url: str | None = None
+    conversion_limits: ConversionLimits = field(default_factory=ConversionLimits)
+    conversion_workers: int | None = None
+    conversion_queue: int = 16
 
     def __post_init__(self) -> None:
         """Reject limits that would make the server unusable, and a malformed public URL."""
@@ -84,6 +93,10 @@ class ServerSettings:
             raise ValueError("body_timeout_seconds and header_timeout_seconds must be positive")
         if self.max_header_bytes < 1024:
             raise ValueError("max_header_bytes must be at least 1024")
+        if (self.conversion_workers is not None and self.conversion_workers < 1) or (
+            self.conversion_queue < 0
+        ):
+            raise ValueError("conversion_workers must be at least 1, conversion_queue at least 0")
         ApiKeys.scoped_keys(self.scoped_query_keys)  # malformed pairs fail here
         if self.require_identity and self.tokens is None:
             raise ValueError(

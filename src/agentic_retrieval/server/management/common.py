@@ -28,6 +28,7 @@ from agentic_retrieval.kb.service import (
 )
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, Grant, Role, require_role
+from agentic_retrieval.server.conversions import ConversionPool
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.requests import check_api_version, public_base_url
 
@@ -50,6 +51,7 @@ class Management:
         max_files: Most files one file knowledge source holds.
         policy: Identity tokens and permission rules (document reads by query keys are
             trimmed to what the caller's identity may see).
+        conversions: Where uploaded files are converted (child processes, bounded).
     """
 
     registry: KnowledgeBaseRegistry
@@ -59,6 +61,7 @@ class Management:
     max_file_bytes: int = 16 * 1024 * 1024
     max_files: int = 10_000
     policy: AccessPolicy = field(default_factory=AccessPolicy)
+    conversions: ConversionPool = field(default_factory=ConversionPool)
 
     def require_service(self) -> tuple[ServiceDirectory, ServiceCatalog]:
         """The data directory, or a 400 explaining how to get one."""

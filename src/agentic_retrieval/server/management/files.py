@@ -9,10 +9,15 @@ filename="notes/a.md"``. Update is a PUT of the same multipart body to ``files('
 list takes ``prefix`` (a directory-like prefix of the file name), ``search`` (a prefix of the
 name after the last ``/``), ``pageSize`` and ``$skipToken``. Each upload is converted and
 indexed before the response, so it is retrievable as soon as the 201 arrives.
+
+The conversion runs in a child process of the server's conversion pool
+(:mod:`~agentic_retrieval.server.conversions`), bounded in time and memory: a file past a
+limit is a 413 naming it, a full pool a 429, and a client that hangs up kills its child.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from email.message import EmailMessage
 from typing import Any
@@ -24,23 +29,32 @@ from starlette.datastructures import UploadFile
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
     InvalidRequestError,
+    LoaderError,
     ResourceNotFoundError,
     StoreNotFoundError,
     StoreUnavailableError,
 )
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
-from agentic_retrieval.kb.files import FileOutcome, FileUpload, SourceFiles
+from agentic_retrieval.kb.files import (
+    FileOutcome,
+    FileUpload,
+    SourceFiles,
+    conversion_error,
+    converted,
+)
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
     in_store_thread,
+    in_thread,
     list_body,
     not_found,
     page,
     store_is_gone,
 )
+from agentic_retrieval.sources.local.loaders import LoadedDocument
 
 
 def add_file_routes(app: FastAPI, management: Management) -> None:
@@ -50,8 +64,13 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         check_request(request, management.keys, "admin")
         files = _files(management, name)
         received = await read_upload(request)
+        document = await _convert(management, name, files, received)
+
+        def add(upload: FileUpload) -> FileOutcome:
+            return files.upload(upload, document)
+
         outcome = await in_store_thread(
-            management, "knowledgeSource", name, _ingest, management, name, files.upload, received
+            management, "knowledgeSource", name, _ingest, management, name, add, received
         )
         return JSONResponse(outcome.file, status_code=201)
 
@@ -59,9 +78,15 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         check_request(request, management.keys, "admin")
         files = _files(management, name)
         received = await read_upload(request)
+        document = None  # identical content is not converted again
+        unchanged = await in_store_thread(
+            management, "knowledgeSource", name, files.unchanged, file_id, received
+        )
+        if not unchanged:
+            document = await _convert(management, name, files, received)
 
         def replace(upload: FileUpload) -> FileOutcome:
-            return files.update(file_id, upload)
+            return files.update(file_id, upload, document)
 
         outcome = await in_store_thread(
             management, "knowledgeSource", name, _ingest, management, name, replace, received
@@ -210,6 +235,38 @@ def _files(management: Management, name: str) -> SourceFiles:
         max_files=management.max_files,
         permission_options=options or frozenset(),
     )
+
+
+async def _convert(
+    management: Management, name: str, files: SourceFiles, upload: FileUpload
+) -> LoadedDocument:
+    """The upload's text, converted in a child process of the conversion pool.
+
+    Raises:
+        ApiError: 429 when the pool is full.
+        ServiceError: As :meth:`SourceFiles.upload` (a failure is recorded in the source's
+            ingestion history, as one the store refuses is).
+    """
+    try:
+        files.check(upload)  # a bad name, type or size is refused before anything runs
+        try:
+            document = await management.conversions.convert(upload.file_name, upload.content)
+        except LoaderError as exc:
+            raise conversion_error(upload.file_name, exc) from exc
+        return converted(upload.file_name, document)
+    except AgenticRetrievalError as exc:
+        await in_thread(_record_failure, management, name, upload, exc)
+        raise
+
+
+def _record_failure(
+    management: Management, name: str, upload: FileUpload, exc: AgenticRetrievalError
+) -> None:
+    def fail(_: FileUpload) -> FileOutcome:
+        raise exc
+
+    with contextlib.suppress(AgenticRetrievalError):
+        _ingest(management, name, fail, upload)
 
 
 def _ingest(management: Management, name: str, action: Any, upload: FileUpload) -> FileOutcome:

@@ -27,6 +27,7 @@ JSON arrays and sheets are bounded in rows and cells (:class:`.ConversionLimits`
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import re
@@ -46,6 +47,7 @@ from agentic_retrieval.sources.local.loaders import (
 
 OFFICE_EXTENSIONS = frozenset({".docx", ".pptx", ".xlsx"})
 OFFICE_EXTRA = "office"
+_CONVERTER_MODULES = {".docx": "markitdown", ".pptx": "markitdown", ".xlsx": "openpyxl"}
 MAX_CSV_FIELD = 1_000_000
 _SLIDE = re.compile(r"^<!-- Slide number: (\d+) -->\s*$", re.MULTILINE)
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
@@ -168,6 +170,17 @@ def _office_converter(extension: str) -> Any:
         raise _missing_extra(extension) from exc
     converters: dict[str, Callable[[], Any]] = {".docx": DocxConverter, ".pptx": PptxConverter}
     return converters[extension]()
+
+
+def missing_converter(extension: str) -> MissingConverterError | None:
+    """The error for a format whose extra is not installed, found without importing it.
+
+    (The server converts in a child process; this lets it answer 415 before starting one.)
+    """
+    module = _CONVERTER_MODULES.get(extension)
+    if module is not None and importlib.util.find_spec(module) is None:
+        return _missing_extra(extension)
+    return None
 
 
 def _missing_extra(extension: str) -> MissingConverterError:

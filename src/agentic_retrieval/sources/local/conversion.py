@@ -1,0 +1,367 @@
+"""Convert one file in a child process, so what it costs never lands on the caller.
+
+The server converts every upload here: a parser that loops, recurses or allocates without
+end (a zip bomb the checks did not catch, a PDF's compressed streams, a converter's bug)
+exhausts a child bounded in time and memory, which is killed, and the server answers 413.
+
+Children are forked by a *zygote*: a helper process started once (``python -c``, so it never
+re-runs the caller's main script, as :mod:`multiprocessing`'s fork server would), which
+imports the converters and then forks one child per conversion. A child thus starts in
+milliseconds instead of the seconds a fresh interpreter takes to import them, and is forked
+from a single-threaded process, never from the multi-threaded caller. In the child:
+
+- its address space may grow by ``memory_mb`` (``RLIMIT_AS`` over what it starts with; an
+  allocation beyond fails: a ``MemoryError``, or the child's death),
+- its CPU time is capped at ``seconds`` (``RLIMIT_CPU``), and the caller kills it once
+  ``seconds`` of wall-clock time have passed,
+- it runs at a lower priority (``nice`` 10), so queries keep the CPU while it works,
+- its result comes back as JSON (never pickle), no longer than ``text_chars`` allows.
+
+:meth:`ChildConversion.cancel` kills the child from any thread: the server calls it when the
+client that uploaded the file hangs up. The zygote exits when its caller does (its control
+socket closes), and a child when its answer can no longer be delivered or its CPU time ends.
+Unix only (``fork``, ``resource``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from agentic_retrieval.errors import ConversionLimitError, LoaderError, MissingConverterError
+from agentic_retrieval.sources.local.conversion_limits import MIB, ConversionLimits
+from agentic_retrieval.sources.local.loaders import LoadedDocument, Section, load_file
+
+PRELOAD = (
+    "agentic_retrieval.sources.local.formats",
+    "agentic_retrieval.sources.local.spreadsheets",
+    "agentic_retrieval.sources.local.archives",
+)
+"""Imported once by the zygote, so each child starts with them loaded."""
+CHILD_NICENESS = 10
+_FRAME = struct.Struct("!Q")
+_PID = struct.Struct("!i")
+_HEADER_LIMIT = 64 * 1024
+
+
+def convert_in_child(file_name: str, data: bytes, limits: ConversionLimits) -> LoadedDocument:
+    """Convert ``data`` (named ``file_name``) in a bounded child process.
+
+    Raises:
+        ConversionLimitError: A content limit, or the time (``seconds``) or memory
+            (``memory_mb``) limit of the child.
+        MissingConverterError: The format needs an extra that is not installed.
+        LoaderError: The file cannot be read, or the converter died on it.
+    """
+    return ChildConversion(file_name, data, limits).run()
+
+
+class ChildConversion:
+    """One conversion in a child process; :meth:`cancel` stops it from any thread.
+
+    Args:
+        file_name: The file's name (its extension chooses the converter).
+        data: The file's bytes.
+        limits: What the conversion may cost.
+    """
+
+    def __init__(self, file_name: str, data: bytes, limits: ConversionLimits) -> None:
+        self.file_name = file_name
+        self.data = data
+        self.limits = limits
+        self.pid: int | None = None
+        """The child's process id while it runs."""
+        self._cancelled = False
+        self._finished = False
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Kill the child (or keep it from starting); :meth:`run` then raises."""
+        with self._lock:
+            self._cancelled = True
+            if self.pid is not None and not self._finished:
+                _kill(self.pid)
+
+    def run(self) -> LoadedDocument:
+        """Start the child, send it the file, wait for its answer (at most ``seconds``).
+
+        Raises:
+            ConversionLimitError, MissingConverterError, LoaderError: As
+                :func:`convert_in_child`.
+        """
+        if self._cancelled:
+            raise LoaderError("the conversion was cancelled")
+        try:
+            channel, pid = zygote().fork()
+        except LoaderError:  # the zygote died (killed?): start another, once
+            channel, pid = zygote(restart=True).fork()
+        with self._lock:
+            self.pid = pid
+            if self._cancelled:  # cancel() came while the child was being forked
+                _kill(pid)
+        try:
+            with channel:
+                return self._exchange(channel, pid)
+        finally:
+            with self._lock:
+                self._finished = True  # cancel() no longer signals it: it may be gone
+
+    def _exchange(self, channel: socket.socket, pid: int) -> LoadedDocument:
+        deadline = time.monotonic() + self.limits.seconds
+        header = {"file_name": self.file_name, "limits": asdict(self.limits)}
+        try:
+            _send_frame(channel, json.dumps(header).encode())
+            _send_frame(channel, self.data)
+            answer = _receive_frame(channel, _largest_answer(self.limits), deadline)
+        except TimeoutError:
+            _kill(pid)
+            raise ConversionLimitError(
+                f"converting it took longer than {self.limits.seconds:g} s (limit seconds="
+                f"{self.limits.seconds:g})",
+                "seconds",
+            ) from None
+        except OverflowError:
+            _kill(pid)
+            raise ConversionLimitError(
+                f"its text is longer than the limit text_chars={self.limits.text_chars}",
+                "text_chars",
+            ) from None
+        except (ConnectionError, EOFError) as exc:  # the child is gone: nothing to kill
+            raise self._death() from exc
+        return _document(json.loads(answer))
+
+    def _death(self) -> LoaderError:
+        """Why the child ended without answering."""
+        if self._cancelled:
+            return LoaderError("the conversion was cancelled")
+        return ConversionLimitError(
+            f"the converter died on it: it needed more than {self.limits.memory_mb} MiB "
+            f"(limit memory_mb={self.limits.memory_mb}) or {self.limits.seconds:g} s of CPU "
+            f"(limit seconds={self.limits.seconds:g}), or the file crashed it",
+            "memory_mb",
+        )
+
+
+class Zygote:
+    """The helper process that forks conversion children (one per caller process)."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        code = (
+            "from agentic_retrieval.sources.local.conversion import zygote_main; "
+            f"zygote_main({theirs.fileno()})"
+        )
+        # BLAS thread pools of numpy (imported by markitdown) are neither needed nor safe
+        # to fork from
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        theirs.close()
+        self.control = ours
+        self._lock = threading.Lock()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the zygote still runs."""
+        return self.process.poll() is None
+
+    def fork(self) -> tuple[socket.socket, int]:
+        """A new child: the socket to talk to it and its process id.
+
+        Raises:
+            LoaderError: The zygote is gone.
+        """
+        ours, theirs = socket.socketpair()
+        try:
+            with self._lock:
+                socket.send_fds(self.control, [b"f"], [theirs.fileno()])
+                (pid,) = _PID.unpack(_receive_exactly(self.control, _PID.size, None))
+        except (OSError, EOFError) as exc:
+            ours.close()
+            raise LoaderError("the conversion helper process is gone") from exc
+        finally:
+            theirs.close()
+        return ours, pid
+
+    def close(self) -> None:
+        """Stop the zygote (its children finish or die with their callers)."""
+        self.control.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+_ZYGOTE: Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def zygote(*, restart: bool = False) -> Zygote:
+    """This process's zygote, started on first use (again if it died, or with ``restart``)."""
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is not None and (restart or not _ZYGOTE.alive):
+            _ZYGOTE.close()
+            _ZYGOTE = None
+        if _ZYGOTE is None:
+            _ZYGOTE = Zygote()
+        return _ZYGOTE
+
+
+def zygote_main(control_fd: int) -> None:
+    """The zygote: import the converters, then fork a child for each socket received."""
+    import importlib
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    control = socket.socket(fileno=control_fd)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1, 1)
+        except OSError:
+            return
+        if not message or not fds:
+            return  # the caller closed the socket: it has exited or closed us
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _child_main(fds[0])  # never returns
+        os.close(fds[0])
+        control.sendall(_PID.pack(pid))
+
+
+def _child_main(fd: int) -> None:
+    code = 0
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's auto-reaping is its own
+    try:
+        with socket.socket(fileno=fd) as channel:
+            header = json.loads(_receive_frame(channel, _HEADER_LIMIT, None))
+            limits = ConversionLimits(**header["limits"])
+            data = _receive_frame(channel, 1 << 40, None)
+            _bound_resources(limits)
+            payload = _convert(header["file_name"], data, limits)
+            _send_frame(channel, json.dumps(payload, ensure_ascii=False).encode())
+    except BaseException:  # the caller gets no answer and says the converter died
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _convert(file_name: str, data: bytes, limits: ConversionLimits) -> dict[str, Any]:
+    """The document, or the error, as JSON-able data."""
+    try:
+        document = load_file(Path(file_name), data, limits)
+    except ConversionLimitError as exc:
+        return {"error": "limit", "limit": exc.limit, "message": str(exc)}
+    except MissingConverterError as exc:
+        return {"error": "extra", "message": str(exc)}
+    except LoaderError as exc:
+        return {"error": "unreadable", "message": str(exc)}
+    except MemoryError:
+        message = (
+            f"converting it needs more than {limits.memory_mb} MiB (limit memory_mb="
+            f"{limits.memory_mb})"
+        )
+        return {"error": "limit", "limit": "memory_mb", "message": message}
+    except RecursionError:
+        return {"error": "unreadable", "message": "it nests too deeply to be converted"}
+    return {
+        "title": document.title,
+        "sections": [[section.text, section.page] for section in document.sections],
+    }
+
+
+def _bound_resources(limits: ConversionLimits) -> None:
+    import resource
+
+    with contextlib.suppress(OSError):
+        os.nice(CHILD_NICENESS)
+    seconds = int(limits.seconds) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    started = _address_space()
+    if started is not None:
+        ceiling = started + limits.memory_mb * MIB
+        resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
+
+
+def _address_space() -> int | None:
+    """This process's virtual memory size in bytes (``None`` off Linux)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _largest_answer(limits: ConversionLimits) -> int:
+    # UTF-8 takes up to 4 bytes a character, JSON escapes up to 6; plus the sections' framing
+    return limits.text_chars * 6 + 16 * MIB
+
+
+def _document(payload: dict[str, Any]) -> LoadedDocument:
+    error = payload.get("error")
+    if error == "limit":
+        raise ConversionLimitError(payload["message"], payload["limit"])
+    if error == "extra":
+        raise MissingConverterError(payload["message"])
+    if error is not None:
+        raise LoaderError(payload["message"])
+    sections = tuple(Section(text, page) for text, page in payload["sections"])
+    return LoadedDocument(payload["title"], sections)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _send_frame(channel: socket.socket, data: bytes) -> None:
+    channel.sendall(_FRAME.pack(len(data)))
+    channel.sendall(data)
+
+
+def _receive_frame(channel: socket.socket, limit: int, deadline: float | None) -> bytes:
+    """One length-prefixed frame.
+
+    Raises:
+        TimeoutError: ``deadline`` passed first.
+        OverflowError: The frame is longer than ``limit``.
+        EOFError: The other end closed first.
+    """
+    (size,) = _FRAME.unpack(_receive_exactly(channel, _FRAME.size, deadline))
+    if size > limit:
+        raise OverflowError(f"a frame of {size} bytes (limit {limit})")
+    return _receive_exactly(channel, size, deadline)
+
+
+def _receive_exactly(channel: socket.socket, size: int, deadline: float | None) -> bytes:
+    buffer = bytearray()
+    while len(buffer) < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            channel.settimeout(remaining)
+        chunk = channel.recv(min(size - len(buffer), 1 << 20))
+        if not chunk:
+            raise EOFError
+        buffer += chunk
+    return bytes(buffer)
