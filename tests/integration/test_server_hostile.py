@@ -144,17 +144,52 @@ async def test_slow_unauthenticated_bodies_get_401_at_once_and_lock_nobody_out(s
 
 
 @pytest.mark.parametrize("server", [{"max_in_flight": 1}], indirect=True)
-async def test_a_slow_authenticated_body_holds_no_request_slot(server):
+async def test_a_body_being_received_holds_its_request_slot(server):
+    # (issue 19: bodies count against the in-flight cap, so the bodies the server buffers
+    # at once are bounded; before, a slow body held no slot and any number were buffered)
     reader, writer = await open_raw(server)
     body = json.dumps(intents_body("bike")).encode()
     writer.write(post_head(RETRIEVE.format(name="transit"), len(body), key=KEY))
     sender = asyncio.create_task(trickle(writer, body, every=0.05))
     await asyncio.sleep(0.3)
-    assert await legitimate(server, 3) == [200] * 3  # the one slot is free meanwhile
+    assert await legitimate(server, 2) == [429] * 2  # the one slot is the slow body's
     await sender
     status, _, _ = await read_response(reader, timeout=5)
-    assert status == 200  # and the slow client is served in the end
+    assert status == 200  # the slow client is served in the end
     writer.close()
+    assert await legitimate(server, 2) == [200] * 2  # and its slot is free again
+
+
+QUERY_KEY = "hostile-query-key"
+UPLOADS = [
+    "/knowledgesources/docs/files",
+    "/knowledgesources('docs')/files('abc')",
+    "/indexes/guides/docs/index",
+    "/indexes('guides')/docs/search.index",
+    "/knowledgebases('transit')",
+    "/indexes",
+]
+
+
+@pytest.mark.parametrize("server", [{"query_keys": [QUERY_KEY], "max_in_flight": 8}], indirect=True)
+async def test_a_query_key_is_refused_an_admin_body_before_any_of_it_is_read(server):
+    # 60 connections announcing 16 MiB uploads with a query key: each is answered 403 from
+    # its headers and closed; none is buffered, none holds a slot
+    connections = [await open_raw(server) for _ in range(60)]
+    started = time.monotonic()
+    for n, (_, writer) in enumerate(connections):
+        head = post_head(UPLOADS[n % len(UPLOADS)], 16 * 1024 * 1024, key=QUERY_KEY)
+        writer.write(head.replace(b"POST", b"PUT" if n % 2 else b"POST", 1))
+    answers = [await read_response(reader, timeout=5) for reader, _ in connections]
+    assert [status for status, _, _ in answers] == [403] * 60
+    assert all(headers["connection"] == "close" for _, headers, _ in answers)
+    assert "needs an admin key" in json.loads(answers[0][2])["error"]["message"]
+    assert time.monotonic() - started < 5
+    assert all([await closed_by_server(reader, 2) for reader, _ in connections])
+    assert await legitimate(server, 3) == [200] * 3
+    async with httpx.AsyncClient(timeout=10, headers={"api-key": QUERY_KEY}) as http:
+        allowed = await http.post(server + RETRIEVE.format(name="transit"), json=intents_body("x"))
+    assert allowed.status_code == 200  # a query body where query keys belong is read
 
 
 @pytest.mark.parametrize("server", [{"body_timeout_seconds": 1.0}], indirect=True)

@@ -4,11 +4,15 @@ The order is what makes it cheap to abuse nobody but yourself:
 
 1. a request without a valid key is answered 401 from its headers alone (its body is never
    read, the connection is closed), so unauthenticated clients hold nothing;
-2. a ``Content-Length`` over the limit is a 413 at once, and a body that does not arrive
+2. a body sent to a route its key may not use is refused from the headers too: a query key
+   gets its 403 for an upload, a document batch or a definition before one byte of the body
+   is read (only retrieve, MCP and ``docs/search`` take a query key's body);
+3. a request takes one of ``max_in_flight`` slots (a 429 with ``Retry-After`` beyond that)
+   *before* its body is read, so the bodies being received are bounded too: at most
+   ``max_in_flight`` of them, each within its limit;
+4. a ``Content-Length`` over the limit is a 413 at once, and a body that does not arrive
    within ``body_timeout_seconds`` a 408 (both close the connection);
-3. only a request whose whole body has arrived takes one of ``max_in_flight`` slots (a 429
-   with ``Retry-After`` beyond that), so a slow upload never holds a slot;
-4. when the client disconnects, the request's task is cancelled, so an abandoned run stops
+5. when the client disconnects, the request's task is cancelled, so an abandoned run stops
    instead of competing with live ones.
 
 Header read time and size are bounded one layer down, in the HTTP protocol
@@ -27,13 +31,17 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentic_retrieval.server.auth import UNAUTHORIZED_MESSAGE, ApiKeys
+from agentic_retrieval.server.auth import UNAUTHORIZED_MESSAGE, ApiKeys, require_role
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError
 
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 _UNLIMITED_PATHS = {"/healthz"}
 UPLOAD_PATH = re.compile(r".*/(docs/index|docs/search\.index|files|files\('[^/]*'\)|files/[^/]+)\Z")
 """Document batches and file uploads: bodies up to ``max_upload_bytes``."""
+MANAGED_PATH = re.compile(r"/(indexes|knowledgesources|knowledgebases|agents)(/|\(|\Z)")
+"""The management API's resources: a body sent here needs an admin key, unless it is a query."""
+QUERY_PATH = re.compile(r".*/(retrieve|mcp/?|docs/search|docs/search\.post\.search)\Z")
+"""The routes under :data:`MANAGED_PATH` whose body a query key may send."""
 
 
 class GuardMiddleware:
@@ -47,7 +55,8 @@ class GuardMiddleware:
         max_body_bytes: Largest request body accepted.
         max_upload_bytes: Largest body of a document batch or file upload (:data:`UPLOAD_PATH`).
         body_timeout_seconds: Longest time a request body may take to arrive.
-        max_in_flight: Most requests handled at once (``/healthz`` is not counted).
+        max_in_flight: Most requests handled at once, their bodies being received included
+            (``/healthz`` is not counted).
         retry_after_seconds: The ``Retry-After`` value of a 429.
     """
 
@@ -89,20 +98,21 @@ class GuardMiddleware:
             message = f"The request headers are larger than {self.max_header_bytes} bytes."
             await _send_error(send, ApiError(431, message), close=True)
             return
-        if self.keys.role_of(Headers(scope=scope)) is None:
+        headers = Headers(scope=scope)
+        if self.keys.role_of(headers) is None:
             await _send_error(send, ApiError(401, UNAUTHORIZED_MESSAGE), close=True)
             return
+        if _needs_admin(scope):
+            try:
+                require_role(self.keys, headers, "admin")
+            except ApiError as refused:  # before the body: it is never read
+                await _send_error(send, refused, close=True)
+                return
         if self.in_flight >= self.max_in_flight:
             # refused before the body is read: close, or the unread body would follow
             await _send_error(send, self._busy(), close=True)
             return
-        body = await self._read_body(scope, receive, send)
-        if body is None:
-            return
-        if self.in_flight >= self.max_in_flight:
-            await _send_error(send, self._busy())
-            return
-        self.in_flight += 1
+        self.in_flight += 1  # the body is received in this slot: received bodies are bounded
         released = False
 
         def release() -> None:
@@ -114,7 +124,9 @@ class GuardMiddleware:
                 self.in_flight -= 1
 
         try:
-            await _cancel_on_disconnect(self.app, scope, body, receive, send, release)
+            body = await self._read_body(scope, receive, send)
+            if body is not None:
+                await _cancel_on_disconnect(self.app, scope, body, receive, send, release)
         finally:
             release()
 
@@ -224,6 +236,16 @@ async def _cancel_on_disconnect(
 async def _wait_for_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def _needs_admin(scope: Scope) -> bool:
+    """Whether the request carries a body only an admin key may send (from its path)."""
+    path = scope["path"]
+    return (
+        scope["method"] in _BODY_METHODS
+        and MANAGED_PATH.match(path) is not None
+        and QUERY_PATH.match(path) is None
+    )
 
 
 def _header_bytes(scope: Scope) -> int:
