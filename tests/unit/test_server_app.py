@@ -218,7 +218,8 @@ def test_keys_from_the_environment(monkeypatch):
 def test_healthz_needs_no_key():
     with keyed_client() as c:
         r = c.get("/healthz")
-    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    # (issue 19 added the figures behind the status: lag, query wait, conversions)
+    assert r.status_code == 200 and r.json()["status"] == "ok"
 
 
 # --- limits and bugs ------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.conversions import ConversionPool
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError, install_error_handlers
+from agentic_retrieval.server.health import HealthMonitor
 from agentic_retrieval.server.limits import GuardMiddleware
 from agentic_retrieval.server.management import Management, add_management_routes
 from agentic_retrieval.server.openai_api import add_openai_routes
@@ -92,11 +93,17 @@ def create_app(
         workers=settings.conversion_workers,
         queue=settings.conversion_queue,
     )
+    health = HealthMonitor(
+        max_loop_lag_seconds=settings.health_max_loop_lag_seconds,
+        max_query_wait_seconds=settings.health_max_query_wait_seconds,
+        extra=lambda: {"conversions": conversions.stats()},
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             stack.callback(conversions.close)
+            await stack.enter_async_context(health.running())
             if service is not None:  # uploads convert through it: start it before the first
                 asyncio.get_running_loop().run_in_executor(None, conversions.warm_up)
             if mounts is not None:
@@ -138,7 +145,7 @@ def create_app(
             conversions=conversions,
         ),
     )
-    _add_routes(app, registry, keys, policy)
+    _add_routes(app, registry, keys, policy, health)
     if openai:
         add_openai_routes(app, registry, keys, policy)
         app.add_middleware(OpenAIErrorShape)  # outermost: the guard's refusals too
@@ -149,11 +156,16 @@ def create_app(
 
 
 def _add_routes(
-    app: FastAPI, registry: Mapping[str, KnowledgeBase], keys: ApiKeys, policy: AccessPolicy
+    app: FastAPI,
+    registry: Mapping[str, KnowledgeBase],
+    keys: ApiKeys,
+    policy: AccessPolicy,
+    health: HealthMonitor,
 ) -> None:
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        healthy, body = health.report()
+        return JSONResponse(body, status_code=200 if healthy else 503)
 
     async def retrieve(name: str, request: Request, api_version: str | None = ApiVersion) -> Any:
         require_role(keys, request.headers, "query", knowledge_base=name)

@@ -59,6 +59,10 @@ class ServerSettings:
         conversion_workers: Uploaded files converted at once, each in its own child process
             (default: half the CPUs, 1 to 4).
         conversion_queue: Uploads that may wait for a conversion worker; more get a 429.
+        health_max_loop_lag_seconds: ``/healthz`` answers 503 when the event loop runs this
+            late (every request would wait as long).
+        health_max_query_wait_seconds: ``/healthz`` answers 503 when a search waits this long
+            for a query thread.
     """
 
     api_keys: list[str] = field(default_factory=list)
@@ -80,6 +84,8 @@ class ServerSettings:
     conversion_limits: ConversionLimits = field(default_factory=ConversionLimits)
     conversion_workers: int | None = None
     conversion_queue: int = 16
+    health_max_loop_lag_seconds: float = 1.0
+    health_max_query_wait_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         """Reject limits that would make the server unusable, and a malformed public URL."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -31,6 +31,7 @@ from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, Grant, Role, re
 from agentic_retrieval.server.conversions import ConversionPool
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.requests import check_api_version, public_base_url
+from agentic_retrieval.sources.local.query_threads import run_query
 
 T = TypeVar("T")
 
@@ -184,8 +185,30 @@ async def in_store_thread(
     process or another, its store is closed or its file gone: that is a 404, like a request
     that arrived a moment later, not a server error.
     """
+    return await _on_store(management, kind, name, in_thread(function, *args, **kwargs))
+
+
+async def in_query_thread(
+    management: Management,
+    kind: DefinitionKind,
+    name: str,
+    function: Callable[..., T],
+    *args: Any,
+    **kwargs: Any,
+) -> T:
+    """:func:`in_store_thread` for a read (search, lookup, count), on the query threads.
+
+    Queries never wait behind writes or conversions for a thread (see
+    :mod:`~agentic_retrieval.sources.local.query_threads`).
+    """
+    return await _on_store(management, kind, name, run_query(function, *args, **kwargs))
+
+
+async def _on_store(
+    management: Management, kind: DefinitionKind, name: str, work: Awaitable[T]
+) -> T:
     try:
-        return await in_thread(function, *args, **kwargs)
+        return await work
     except (StoreUnavailableError, StoreNotFoundError, sqlite3.Error) as exc:
         if store_is_gone(management, kind, name, exc):
             raise not_found(_WHAT[kind], name) from None

@@ -29,6 +29,7 @@ from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
+    in_query_thread,
     in_store_thread,
     not_found,
     read_access,
@@ -73,7 +74,7 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         access = await read_access(request, management, grant)
         documents = _documents(management, name)
         with _permissions_named(name):
-            visible = await in_store_thread(
+            visible = await in_query_thread(
                 management, "index", name, documents.count_visible, access
             )
         return PlainTextResponse(str(visible))
@@ -83,7 +84,7 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         access = await read_access(request, management, grant)
         documents = _documents(management, name)
         select = _names(request.query_params.get("$select"))
-        found = await in_store_thread(
+        found = await in_query_thread(
             management, "index", name, documents.lookup, key, select, access=access
         )
         if found is None:
@@ -150,7 +151,7 @@ async def _search(
     documents = _documents(management, name)
     params = search_parameters(raw)
     with _permissions_named(name):
-        body = await in_store_thread(
+        body = await in_query_thread(
             management, "index", name, documents.search, params, access=access
         )
     return JSONResponse(body)

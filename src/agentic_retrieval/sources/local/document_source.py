@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -39,6 +38,7 @@ from agentic_retrieval.sources.base import (
     index_document_url,
 )
 from agentic_retrieval.sources.local.documents import CHUNK_SEPARATOR, DocumentHit, DocumentStore
+from agentic_retrieval.sources.local.query_threads import run_query
 from agentic_retrieval.sources.local.store import StoredHit
 
 ANY_KIND: frozenset[FieldKind] = frozenset(
@@ -141,7 +141,7 @@ class DocumentKnowledgeSource:
         except ODataError as exc:
             raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
         try:
-            return await asyncio.to_thread(self._search, query.text, query.top, expr, query.access)
+            return await run_query(self._search, query.text, query.top, expr, query.access)
         except StoreClosedError:
             # deleted while this run was under way: an error record, not a failure
             raise SourceError(

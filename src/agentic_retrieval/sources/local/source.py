@@ -30,6 +30,7 @@ from agentic_retrieval.sources.base import (
 )
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
+from agentic_retrieval.sources.local.query_threads import run_query
 from agentic_retrieval.sources.local.record_ingest import (
     RecordInput,
     delete_records,
@@ -148,7 +149,7 @@ class LocalKnowledgeSource:
         filter_expr = self._parse_filter(query.filter)
         cancel = threading.Event()
         try:
-            return await asyncio.to_thread(
+            return await run_query(
                 self.search_sync, query.text, query.top, filter_expr, cancel, query.access
             )
         except asyncio.CancelledError:

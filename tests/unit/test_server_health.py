@@ -1,0 +1,71 @@
+"""``/healthz`` tells a starved service from a healthy one; searches have threads of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from tests.server_harness import transit_kb
+
+from agentic_retrieval.server import ServerSettings, create_app
+from agentic_retrieval.sources.local.query_threads import QUERY_THREADS, query_executor, run_query
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def health_until(client: TestClient, status: int, seconds: float = 5.0) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        response = client.get("/healthz")
+        if response.status_code == status or time.monotonic() > deadline:
+            assert response.status_code == status, response.json()
+            return response.json()
+        time.sleep(0.05)
+
+
+def test_healthz_is_503_while_the_query_threads_are_saturated():
+    settings = ServerSettings(read_env_keys=False, health_max_query_wait_seconds=0.3)
+    release = threading.Event()
+    with TestClient(create_app(transit_kb(), settings=settings, mcp=False)) as client:
+        healthy = health_until(client, 200)
+        assert healthy["conversions"] == {"running": 0, "queued": 0}
+        busy = [query_executor().submit(release.wait, 10) for _ in range(QUERY_THREADS)]
+        try:
+            starved = health_until(client, 503)
+            assert starved["status"] == "starved" and starved["queryWaitMs"] > 300
+        finally:
+            release.set()
+        for future in busy:
+            future.result(5)
+        health_until(client, 200, seconds=10)  # recovered once the samples age out
+
+
+def test_healthz_is_503_while_the_event_loop_lags():
+    settings = ServerSettings(read_env_keys=False, health_max_loop_lag_seconds=0.2)
+    app = create_app(transit_kb(), settings=settings, mcp=False)
+
+    async def stall() -> dict[str, str]:
+        time.sleep(0.6)  # blocks the loop, as a CPU-bound handler would
+        return {}
+
+    app.add_api_route("/stall", stall)
+    with TestClient(app) as client:
+        health_until(client, 200)
+        client.get("/stall")
+        assert health_until(client, 503)["eventLoopLagMs"] > 200
+
+
+async def test_searches_never_wait_behind_the_default_pool():
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    hogs = [loop.run_in_executor(None, release.wait, 10) for _ in range(64)]
+    try:
+        started = time.monotonic()
+        assert await asyncio.wait_for(run_query(sum, [1, 2, 3]), 2) == 6
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+        await asyncio.gather(*hogs)
