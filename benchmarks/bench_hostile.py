@@ -10,7 +10,15 @@ Three measurements (figures recorded in benchmarks/README.md):
 3. abandoned streams: 40 SSE requests with 50,000-character messages, disconnected after
    their first 300 bytes; how long until ordinary requests are back under 50 ms.
 
-    .venv/bin/python benchmarks/bench_hostile.py [--sample]
+With ``--files`` (issue 19), against a real ``serve --data`` process instead:
+
+4. hostile files: each of tests/office_files.py's hostile files uploaded to a file source;
+   its answer, the time to it, and the server process's memory growth (VmHWM) over all;
+5. queries during worst-case uploads: 100 queries (search and retrieve, alternating) idle,
+   then for 20 s while 8 of the costliest files the server accepts (a 6.5 MB sheet of ~1M
+   cells) are uploaded at once; p50/p95 of each.
+
+    .venv/bin/python benchmarks/bench_hostile.py [--sample] [--files]
 """
 
 from __future__ import annotations
@@ -196,14 +204,162 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def hostile_files() -> None:
+    import httpx as sync_http
+    from tests.integration.service_process import KEY as ADMIN
+    from tests.integration.service_process import VERSION, serve_process
+    from tests.office_files import (
+        big_csv,
+        billion_cell_xlsx,
+        dense_xlsx,
+        docx,
+        entity_docx,
+        nested_docx,
+        nul_docx,
+        repetitive_xlsx,
+        wide_rows_xlsx,
+        zip_bomb_docx,
+    )
+
+    files = {
+        "zip bomb .docx (1 GiB of XML)": ("bomb.docx", zip_bomb_docx()),
+        "NUL-filled .docx (1 GiB)": ("nul.docx", nul_docx()),
+        "XML entity bomb .docx": ("laughs.docx", entity_docx()),
+        "20,000-deep .docx": ("deep.docx", nested_docx()),
+        "billion-cell claim .xlsx": ("claims.xlsx", billion_cell_xlsx()),
+        "100k x 10 repetitive .xlsx": ("repetitive.xlsx", repetitive_xlsx()),
+        "1,000 rows to column XFD .xlsx": ("wide.xlsx", wide_rows_xlsx()),
+        "3M-row CSV": ("rows.csv", big_csv()),
+        "~1M-cell dense .xlsx (accepted)": ("dense.xlsx", dense_xlsx()),
+    }
+    with tempfile.TemporaryDirectory() as tmp, serve_process(Path(tmp) / "data") as (url, proc):
+        http = sync_http.Client(
+            base_url=url, headers={"api-key": ADMIN}, params=VERSION, timeout=300
+        )
+        http.put("/knowledgesources('docs')", json={"name": "docs", "kind": "file"})
+        _post_file(http, "warm.docx", docx("Warm", "Up."))
+        baseline = _memory(proc.pid)
+        print("\n4. hostile files uploaded to a file source of serve --data (one at a time)")
+        print("   file                               size      status  seconds")
+        for label, (name, data) in files.items():
+            started = time.perf_counter()
+            status = _post_file(http, name, data).status_code
+            seconds = time.perf_counter() - started
+            print(f"   {label:33} {len(data) / 1e6:6.2f} MB  {status}     {seconds:6.2f}")
+        peak = _memory(proc.pid, "VmHWM")
+        print(f"   server RSS before {baseline / 2**20:.0f} MiB, peak after {peak / 2**20:.0f} MiB")
+        _create_queryable(http)
+        idle, loaded = asyncio.run(_queries_during_uploads(url, ADMIN, VERSION, dense_xlsx()))
+        print(
+            "\n5. queries (search and retrieve alternating) idle and during 8 dense .xlsx uploads"
+        )
+        for label, times in (("idle", idle), ("during uploads", loaded)):
+            print(
+                f"   {label:15} n={len(times):4}  p50 {statistics.median(times):6.1f} ms  "
+                f"p95 {percentile(times, 0.95):6.1f} ms"
+            )
+        http.close()
+
+
+def _post_file(http, name: str, data: bytes):
+    return http.post(
+        "/knowledgesources('docs')/files",
+        files={"content": (name, data)},
+        data={"metadata": json.dumps({"fileName": name})},
+    )
+
+
+def _memory(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _create_queryable(http) -> None:
+    fields = [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "content", "type": "Edm.String", "searchable": True},
+    ]
+    http.put("/indexes('guides')", json={"name": "guides", "fields": fields})
+    docs = [
+        {"@search.action": "upload", "id": f"d{n}", "content": f"tram {n} runs at night {n}"}
+        for n in range(300)
+    ]
+    http.post("/indexes('guides')/docs/index", json={"value": docs})
+    source = {
+        "name": "ks",
+        "kind": "searchIndex",
+        "searchIndexParameters": {"searchIndexName": "guides"},
+    }
+    http.put("/knowledgesources('ks')", json=source)
+    http.put(
+        "/knowledgebases('transit')", json={"name": "transit", "knowledgeSources": [{"name": "ks"}]}
+    )
+
+
+async def _queries(http, count: int, seconds: float = 0.0) -> list[float]:
+    times, until, n = [], time.monotonic() + seconds, 0
+    while n < count or time.monotonic() < until:
+        n += 1
+        started = time.perf_counter()
+        if n % 2:
+            body = {
+                "intents": [{"type": "semantic", "search": "night tram"}],
+                "retrievalReasoningEffort": {"kind": "minimal"},
+            }
+            response = await http.post("/knowledgebases('transit')/retrieve", json=body)
+        else:
+            response = await http.post("/indexes('guides')/docs/search", json={"search": "tram"})
+        assert response.status_code == 200, response.text[:200]
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+async def _queries_during_uploads(url: str, key: str, version: dict, heavy: bytes):
+    headers = {"api-key": key}
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, params=version, timeout=300
+    ) as http:
+        await _queries(http, 20)
+        idle = await _queries(http, 100)
+
+        async def upload(n: int) -> int:
+            async with httpx.AsyncClient(
+                base_url=url, headers=headers, params=version, timeout=300
+            ) as uploader:
+                return (await _post_file_async(uploader, f"heavy{n}.xlsx", heavy)).status_code
+
+        uploads = [asyncio.ensure_future(upload(n)) for n in range(8)]
+        await asyncio.sleep(1.0)
+        loaded = await _queries(http, 100, seconds=20.0)
+        for task in uploads:
+            task.cancel()
+        await asyncio.gather(*uploads, return_exceptions=True)
+    return idle, loaded
+
+
+async def _post_file_async(http, name: str, data: bytes):
+    return await http.post(
+        "/knowledgesources('docs')/files",
+        files={"content": (name, data)},
+        data={"metadata": json.dumps({"fileName": name})},
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sample", action="store_true", help="the bundled sample corpus")
+    parser.add_argument("--files", action="store_true", help="hostile files (serve --data)")
     args = parser.parse_args()
     print(
         f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
         f"on {os.cpu_count()} CPUs"
     )
+    if args.files:
+        hostile_files()
+        print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = (
             build_sample_kb(Path(tmp) / "kb").path if args.sample else real_docs_kb_dir(Path(tmp))

@@ -251,3 +251,24 @@ def wide_rows_xlsx(rows: int = 1000) -> bytes:
 def big_csv(rows: int = 3_000_000) -> bytes:
     """The probe's CSV: a header and ``rows`` one-character rows (about 2 bytes each)."""
     return b"a\n" + b"x\n" * rows
+
+
+def dense_xlsx(rows: int = 99_000, columns: int = 10) -> bytes:
+    """A .xlsx near the default limits that is accepted: ``rows`` x ``columns`` numbers (a
+    multiple of 1,000 rows), inflating about 10 times, seconds of work to convert."""
+    block = "".join(
+        f'<row r="{r}">'
+        + "".join(
+            f'<c r="{chr(65 + c)}{r}"><v>{(r * 7919 + c * 104729) % 1000003}</v></c>'
+            for c in range(columns)
+        )
+        + "</row>"
+        for r in range(1, 1001)
+    )
+    sheet = deflated_repeat(
+        _sheet_head(f"A1:{chr(64 + columns)}{rows}").encode(),
+        block.encode(),
+        rows // 1000,
+        b"</sheetData></worksheet>",
+    )
+    return _xlsx_with(sheet)
