@@ -294,12 +294,16 @@ def _bound_resources(limits: ConversionLimits) -> None:
     with contextlib.suppress(OSError):
         os.nice(CHILD_NICENESS)
     seconds = int(limits.seconds) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     started = _address_space()
-    if started is not None:
-        ceiling = started + limits.memory_mb * MIB
-        resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
+    ceiling = started + limits.memory_mb * MIB if started is not None else None
+    # where a platform refuses one (RLIMIT_AS on macOS), the wall-clock limit still holds
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if ceiling is not None:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
 
 
 def _address_space() -> int | None:
