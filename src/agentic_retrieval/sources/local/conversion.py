@@ -49,6 +49,8 @@ PRELOAD = (
     "agentic_retrieval.sources.local.archives",
 )
 """Imported once by the zygote, so each child starts with them loaded."""
+OPTIONAL_PRELOAD = ("markitdown.converters", "pypdf", "openpyxl.styles.numbers")
+"""The converters' libraries, imported too where installed (markitdown alone takes ~1 s)."""
 CHILD_NICENESS = 10
 _FRAME = struct.Struct("!Q")
 _PID = struct.Struct("!i")
@@ -230,6 +232,9 @@ def zygote_main(control_fd: int) -> None:
 
     for module in PRELOAD:
         importlib.import_module(module)
+    for module in OPTIONAL_PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     control = socket.socket(fileno=control_fd)
     while True:

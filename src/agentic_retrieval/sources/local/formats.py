@@ -133,10 +133,10 @@ def load_office(path: Path, data: bytes, limits: ConversionLimits) -> LoadedDocu
     kind = path.suffix.lower()
     if kind == ".xlsx":
         return _load_xlsx(path, data, limits)
+    open_office_package(data, kind, limits)  # before importing a converter: refusals are fast
     converter = _office_converter(kind)
     from markitdown import StreamInfo
 
-    open_office_package(data, kind, limits)
     try:
         result = converter.convert(io.BytesIO(data), StreamInfo(extension=kind, filename=path.name))
     # each format's reader raises its own errors on damaged files (zip, XML, KeyError...)
