@@ -329,8 +329,8 @@ def conversion_error(file_name: str, exc: LoaderError) -> ServiceError:
         return UnsupportedFileError(str(exc))
     if isinstance(exc, ConversionLimitError):
         return TooLargeError(
-            f"'{file_name}' cannot be converted: {exc}; the server's operator can raise the "
-            f"limit (serve --conversion-limit {exc.limit}=N)"
+            f"'{file_name}' cannot be converted: {exc}; this service's operator can raise "
+            f"its conversion limit {exc.limit}"
         )
     return UnreadableFileError(f"could not read '{file_name}': {exc}")
 

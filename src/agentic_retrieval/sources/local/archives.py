@@ -27,6 +27,7 @@ from agentic_retrieval.sources.local.conversion_limits import (
     RATIO_CHECK_FROM_BYTES,
     ConversionLimits,
 )
+from agentic_retrieval.sources.local.spreadsheets import out_of_memory
 
 _XML_PARTS = (".xml", ".rels", ".vml")
 _CHUNK = 1 << 16
@@ -142,6 +143,8 @@ def _check_xml(
             "in a way this reader does not support"
         ) from exc
     except (xml.parsers.expat.ExpatError, zipfile.BadZipFile, EOFError, OSError) as exc:
+        if isinstance(exc, xml.parsers.expat.ExpatError) and out_of_memory(exc):
+            raise MemoryError from exc  # a limit of the process, not a fault of the file
         if not seen["doctype"]:
             raise LoaderError(
                 f"unreadable {kind} file: the part {member.filename!r} is not well-formed XML"

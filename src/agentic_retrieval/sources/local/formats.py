@@ -139,6 +139,8 @@ def load_office(path: Path, data: bytes, limits: ConversionLimits) -> LoadedDocu
 
     try:
         result = converter.convert(io.BytesIO(data), StreamInfo(extension=kind, filename=path.name))
+    except MemoryError:
+        raise  # the converting process's limit (memory_mb), not a damaged file
     # each format's reader raises its own errors on damaged files (zip, XML, KeyError...)
     except Exception as exc:
         raise LoaderError(f"unreadable {kind} file (damaged, or not a {kind} document)") from exc

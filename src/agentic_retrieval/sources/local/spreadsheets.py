@@ -333,6 +333,11 @@ def _column_number(letters: str, reference: str) -> int:
     return column
 
 
+def out_of_memory(exc: xml.parsers.expat.ExpatError) -> bool:
+    """Whether expat failed for want of memory (the process's limit), not on the XML."""
+    return exc.code == xml.parsers.expat.errors.codes[xml.parsers.expat.errors.XML_ERROR_NO_MEMORY]
+
+
 def _local(name: str) -> str:
     """An element or attribute name without its namespace prefix."""
     return name.rpartition(":")[2]
@@ -374,6 +379,8 @@ def _parse(
                 parser.Parse(chunk, False)
             parser.Parse(b"", True)
     except xml.parsers.expat.ExpatError as exc:
+        if out_of_memory(exc):
+            raise MemoryError from exc  # a limit of the process, not a fault of the file
         raise LoaderError(f"unreadable .xlsx file: {path} is not well-formed XML") from exc
     except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError) as exc:
         raise LoaderError(f"unreadable .xlsx file: {path} cannot be read") from exc
