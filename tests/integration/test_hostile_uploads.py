@@ -208,10 +208,14 @@ def test_queries_keep_their_pace_during_eight_worst_case_uploads(service):
         for task in uploads:
             task.cancel()  # the clients hang up: their conversions are killed
         outcomes = await asyncio.gather(*uploads, return_exceptions=True)
-        return idle, loaded, outcomes
+        after = await query_times(url, 80)  # idle again: the machine's own drift, measured
+        return idle + after, loaded, outcomes
 
     idle, loaded, outcomes = asyncio.run(measure())
-    idle_p95, loaded_p95 = percentile(idle, 0.95), percentile(loaded, 0.95)
+    # idle p95: the slower of the windows before and after the uploads (the shared machine's
+    # load changes over the minute the test takes, the uploads' effect does not hide in it)
+    idle_p95 = max(percentile(idle[:80], 0.95), percentile(idle[80:], 0.95))
+    loaded_p95 = percentile(loaded, 0.95)
     summary = (
         f"idle p50 {statistics.median(idle) * 1000:.1f} ms p95 {idle_p95 * 1000:.1f} ms; "
         f"loaded p50 {statistics.median(loaded) * 1000:.1f} ms p95 {loaded_p95 * 1000:.1f} ms; "
