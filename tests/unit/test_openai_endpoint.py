@@ -98,9 +98,9 @@ def test_unknown_paths_and_methods_answer_in_openais_shape():
         ),
         ({"model": "transit", "messages": ASK, "n": 2}, "n", "only one choice"),
         (
-            {"model": "transit", "messages": ASK, "response_format": {"type": "json_schema"}},
+            {"model": "transit", "messages": ASK, "response_format": {"type": "j" * 5000}},
             "response_format",
-            "'json_schema' is not supported",
+            "only the type 'text' is supported",
         ),
         (
             {"model": "transit", "messages": ASK, "tool_choice": "required"},
@@ -123,6 +123,11 @@ def test_unknown_paths_and_methods_answer_in_openais_shape():
             "set by the chat request",
         ),
         (
+            {"model": "transit", "messages": ASK, "reasoning_effort": "x" * 5000},
+            "reasoning_effort",
+            "at most 32 characters",
+        ),
+        (
             {"model": "transit", "messages": [{"role": "user", "content": "x" * 200_001}]},
             "messages.0.content",
             "at most 200000",
@@ -137,6 +142,7 @@ def test_bad_requests_are_400s_naming_the_field(body, param, says):
     assert error["param"] == param
     assert says in error["message"]
     assert error["type"] == "invalid_request_error"
+    assert len(r.content) < 1000  # what was sent is named, never echoed back
 
 
 def test_malformed_json_is_a_400():

@@ -85,7 +85,7 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: str | None = Field(default=None, max_length=32)  # echoed when unknown
     response_format: dict[str, Any] | None = None
     tool_choice: Any = None
     extension: dict[str, Any] | None = Field(default=None, alias="x_agentic_retrieval")
@@ -130,7 +130,7 @@ def _refuse_what_cannot_be_honoured(chat: ChatCompletionRequest) -> None:
     if kind not in (None, "text"):
         raise OpenAIError(
             400,
-            f"response_format: '{kind}' is not supported; the answer is text citing "
+            "response_format: only the type 'text' is supported; the answer is text citing "
             "[ref_id:N] (its references are in the response's x_agentic_retrieval field).",
             param="response_format",
         )
