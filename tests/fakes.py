@@ -12,7 +12,8 @@ from pathlib import Path
 
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval.sources.base import Hit, SearchQuery, SourceError
+from agentic_retrieval.errors import SourceError
+from agentic_retrieval.sources.base import Hit, SearchQuery
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

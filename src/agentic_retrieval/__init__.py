@@ -5,6 +5,7 @@ from agentic_retrieval.errors import (
     AgenticRetrievalError,
     InvalidRequestError,
     KnowledgeSourceFailedError,
+    SourceError,
     UnknownKnowledgeSourceError,
 )
 from agentic_retrieval.graph.builder import build_graph
@@ -12,7 +13,7 @@ from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity, Permissions
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
-from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
+from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 from agentic_retrieval.tool import KnowledgeBaseTool
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse

@@ -21,10 +21,9 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import EmbeddingsConfigError as EmbeddingsConfigError
 from agentic_retrieval.errors import (
-    LocalEmbeddingsUnavailableError as LocalEmbeddingsUnavailableError,
+    EmbeddingsConfigError,
+    LocalEmbeddingsUnavailableError,
 )
 
 logger = logging.getLogger(__name__)

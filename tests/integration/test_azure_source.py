@@ -20,6 +20,7 @@ from azure.core.credentials import AccessToken, AzureKeyCredential
 from tests.fakes import EARTH_DOCUMENTS
 from tests.integration.azure_standin import AzureSearchStandIn, index_definition
 
+from agentic_retrieval.errors import SourceError
 from agentic_retrieval.sources.azure import (
     AzureSearchKnowledgeSource,
     AzureSourceConfigurationError,
@@ -30,7 +31,7 @@ from agentic_retrieval.sources.azure.index import (
     ensure_index,
     upload_chunks,
 )
-from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery, SourceError
+from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-from agentic_retrieval.sources.base import FilterNotSupportedError, SearchQuery
+from agentic_retrieval.errors import FilterNotSupportedError
+from agentic_retrieval.sources.base import SearchQuery
 from agentic_retrieval.sources.langchain import LangChainKnowledgeSource
 from agentic_retrieval.testing import HashingEmbeddings
 

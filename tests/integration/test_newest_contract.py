@@ -11,9 +11,9 @@ import pytest
 from tests.fakes import FailingSource
 from tests.server_harness import GUIDES, GUIDES_INDEX, running_server, transit_kb
 
+from agentic_retrieval.errors import SourceError
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
-from agentic_retrieval.sources.base import SourceError
 from agentic_retrieval.testing import Script, ScriptedChatModel
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
 

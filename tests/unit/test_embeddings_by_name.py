@@ -10,12 +10,9 @@ from typer.testing import CliRunner
 
 import agentic_retrieval.embeddings as embeddings_module
 from agentic_retrieval.cli import app
-from agentic_retrieval.embeddings import (
-    EmbeddingsConfigError,
-    check_embeddings_name,
-    embeddings_by_name,
-)
-from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.embeddings import check_embeddings_name, embeddings_by_name
+from agentic_retrieval.errors import EmbeddingsConfigError, KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.sources.base import SearchQuery
 
 runner = CliRunner()

@@ -8,6 +8,7 @@ import ir_measures
 import pytest
 from langsmith.schemas import Example, Run
 
+from agentic_retrieval.errors import PriceTableError
 from agentic_retrieval.eval.folding import document_key, fold
 from agentic_retrieval.eval.langsmith import langsmith_evaluator
 from agentic_retrieval.eval.metrics import (
@@ -18,7 +19,7 @@ from agentic_retrieval.eval.metrics import (
     percentile,
     trec_scores,
 )
-from agentic_retrieval.eval.pricing import PriceTableError, cost, load_prices
+from agentic_retrieval.eval.pricing import cost, load_prices
 from agentic_retrieval.eval.significance import paired_comparison
 from agentic_retrieval.eval.trec import run_lines, trec_id, write_qrels
 from agentic_retrieval.eval.usage import ModelCall

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from tests.fakes import write
 
+from agentic_retrieval.errors import LoaderError
 from agentic_retrieval.sources.local import IndexProgress, LocalStore, index_paths
 from agentic_retrieval.sources.local import ingest as ingest_module
 from agentic_retrieval.sources.local import store as store_module
-from agentic_retrieval.sources.local.loaders import LoaderError, load_file
+from agentic_retrieval.sources.local.loaders import load_file
 
 
 def make_pdf(pages: list[str]) -> bytes:

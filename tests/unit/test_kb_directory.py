@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from tests.fakes import ConceptEmbeddings, write
 
-from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.errors import KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.sources.base import SearchQuery
 
 

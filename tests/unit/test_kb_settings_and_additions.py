@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from agentic_retrieval import Context, InMemoryKnowledgeSource, KnowledgeBase
 from agentic_retrieval.cli import app
-from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.errors import KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.kb.loader import open_knowledge_base
 from agentic_retrieval.llm.chat_models import ModelIdentity, model_identity
 from agentic_retrieval.sources.base import index_document_url

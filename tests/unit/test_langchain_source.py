@@ -15,13 +15,9 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
+from agentic_retrieval.errors import FilterNotSupportedError
 from agentic_retrieval.odata import ODataError, parse_filter
-from agentic_retrieval.sources.base import (
-    FilterNotSupportedError,
-    Hit,
-    KnowledgeSource,
-    SearchQuery,
-)
+from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery
 from agentic_retrieval.sources.langchain import (
     LangChainKnowledgeSource,
     content_key,

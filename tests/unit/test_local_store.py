@@ -17,8 +17,9 @@ import pytest
 from rank_bm25 import BM25Okapi
 from tests.fakes import ConceptEmbeddings, write
 
+from agentic_retrieval.errors import FilterNotSupportedError
 from agentic_retrieval.odata import compile_predicate, parse_filter
-from agentic_retrieval.sources.base import FilterNotSupportedError, KnowledgeSource, SearchQuery
+from agentic_retrieval.sources.base import KnowledgeSource, SearchQuery
 from agentic_retrieval.sources.local import (
     LocalKnowledgeSource,
     LocalStore,

@@ -11,10 +11,11 @@ from tests.fakes import ConceptEmbeddings, write
 from typer.testing import CliRunner
 
 from agentic_retrieval.cli import app
+from agentic_retrieval.errors import RecordError
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.sources.base import SearchQuery
 from agentic_retrieval.sources.local import LocalKnowledgeSource
-from agentic_retrieval.sources.local.records import RecordError, RecordFields, typed_cell
+from agentic_retrieval.sources.local.records import RecordFields, typed_cell
 
 runner = CliRunner()
 

@@ -19,11 +19,12 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
+from agentic_retrieval.errors import RerankError
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.compressor import INDEX_KEY, CompressorReranker
 from agentic_retrieval.rerankers.embedding import EmbeddingReranker
 from agentic_retrieval.rerankers.lexical import LexicalReranker
-from agentic_retrieval.rerankers.llm_grader import LLMGraderReranker, RerankError
+from agentic_retrieval.rerankers.llm_grader import LLMGraderReranker
 from agentic_retrieval.sources.base import Hit
 
 

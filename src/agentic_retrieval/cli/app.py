@@ -32,11 +32,12 @@ from agentic_retrieval.context import THRESHOLD_ENV_VAR, Threshold, parse_thresh
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
     FilterFieldError,
+    KnowledgeBaseDirectoryError,
     KnowledgeSourceFailedError,
     ModelRequiredError,
     ODataError,
 )
-from agentic_retrieval.kb.directory import KnowledgeBaseDirectory, KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import Expr, check_fields, parse_filter
 from agentic_retrieval.permissions import Identity

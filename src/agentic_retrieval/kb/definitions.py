@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindError
 from agentic_retrieval.odata import FieldKind
+from agentic_retrieval.wire.models import describe_validation_error
 
 ETAG_FIELD = "@odata.etag"
 SUPPORTED_SOURCE_KINDS = ("searchIndex", "file")
@@ -616,15 +617,3 @@ def _validate(
 def _check_name(name: str, pattern: re.Pattern[str], what: str, allowed: str) -> None:
     if not pattern.match(name):
         raise InvalidDefinitionError(f"name: invalid {what} name {name!r}: use {allowed} (max 128)")
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming each invalid field by its wire path (at most five)."""
-    parts = []
-    for error in exc.errors()[:5]:
-        location = ".".join(str(p) for p in error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = "unknown property"
-        parts.append(f"{location}: {message}" if location else message)
-    return "; ".join(parts)

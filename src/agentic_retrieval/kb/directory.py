@@ -49,11 +49,8 @@ from agentic_retrieval.embeddings import (
     embeddings_model_id,
     same_model,
 )
-
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import EmbeddingsConfigError
-from agentic_retrieval.errors import KnowledgeBaseDirectoryError as KnowledgeBaseDirectoryError
-from agentic_retrieval.kb.definitions import KnowledgeBaseSettings, describe_validation_error
+from agentic_retrieval.errors import EmbeddingsConfigError, KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.definitions import KnowledgeBaseSettings
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local import (
     IndexReport,
@@ -62,6 +59,7 @@ from agentic_retrieval.sources.local import (
     StoreError,
 )
 from agentic_retrieval.sources.local.records import RecordFields
+from agentic_retrieval.wire.models import describe_validation_error
 
 MANIFEST_NAME = "knowledge-base.json"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024

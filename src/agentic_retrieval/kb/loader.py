@@ -16,11 +16,8 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from agentic_retrieval.kb.directory import (
-    EmbeddingsChoice,
-    KnowledgeBaseDirectory,
-    KnowledgeBaseDirectoryError,
-)
+from agentic_retrieval.errors import KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import EmbeddingsChoice, KnowledgeBaseDirectory
 from agentic_retrieval.kb.live import LiveSources
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.base import Reranker

@@ -21,10 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, ConfigDict
 
 from agentic_retrieval.context import Context
-
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import ModelNotConfiguredError as ModelNotConfiguredError
-from agentic_retrieval.errors import ModelUnavailableError as ModelUnavailableError
+from agentic_retrieval.errors import ModelNotConfiguredError, ModelUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -57,23 +54,23 @@ class ChatModels:
 
         Raises:
             ModelNotConfiguredError: When nothing is configured for the role.
+            ModelUnavailableError: The configured ``provider:model`` cannot be created.
         """
-        candidates = (
-            getattr(context, f"{role}_model"),
-            context.chat_model,
-            getattr(self, role),
-            self.default,
-            os.environ.get(MODEL_ENV_VAR) or None,
-        )
-        for candidate in candidates:
-            if isinstance(candidate, BaseChatModel):
-                return candidate
-            if isinstance(candidate, str) and candidate.strip():
-                return _init_model(candidate.strip())
-        raise ModelNotConfiguredError(role, MODEL_ENV_VAR)
+        chosen = self.choice(role, context)
+        if chosen is None:
+            raise ModelNotConfiguredError(role, MODEL_ENV_VAR)
+        return chosen if isinstance(chosen, BaseChatModel) else _init_model(chosen)
 
     def is_configured(self, role: Role, context: Context) -> bool:
         """Whether :meth:`resolve` would find a model (without building one)."""
+        return self.choice(role, context) is not None
+
+    def choice(self, role: Role, context: Context) -> BaseChatModel | str | None:
+        """The first model set for ``role``, in the order of the module docstring.
+
+        Returns:
+            A model object, a ``provider:model`` string (stripped), or ``None``.
+        """
         candidates = (
             getattr(context, f"{role}_model"),
             context.chat_model,
@@ -81,28 +78,41 @@ class ChatModels:
             self.default,
             os.environ.get(MODEL_ENV_VAR),
         )
-        return any(
-            isinstance(c, BaseChatModel) or (isinstance(c, str) and c.strip()) for c in candidates
-        )
+        for candidate in candidates:
+            if isinstance(candidate, BaseChatModel):
+                return candidate
+            if isinstance(candidate, str) and candidate.strip():
+                return candidate.strip()
+        return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Usage:
-    """Token counts summed over the attempts of one call."""
+    """Token counts: of one model call, or summed (``a + b``) over calls and attempts."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
 
-    def add(self, message: BaseMessage | None) -> None:
-        """Add the usage metadata of ``message`` (an AIMessage) if it has any."""
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    @classmethod
+    def of(cls, message: BaseMessage | None) -> Usage:
+        """The usage metadata of ``message`` (an AIMessage); zero when it has none."""
         meta = getattr(message, "usage_metadata", None) if message is not None else None
         if not meta:
-            return
-        self.input_tokens += int(meta.get("input_tokens") or 0)
-        self.output_tokens += int(meta.get("output_tokens") or 0)
+            return cls()
         details = meta.get("output_token_details") or {}
-        self.reasoning_tokens += int(details.get("reasoning") or 0)
+        return cls(
+            int(meta.get("input_tokens") or 0),
+            int(meta.get("output_tokens") or 0),
+            int(details.get("reasoning") or 0),
+        )
 
 
 class ModelIdentity(BaseModel):
@@ -197,7 +207,7 @@ async def structured_call(
                 result.error_code = "ModelError"
             continue
         raw = out.get("raw") if isinstance(out, dict) else None
-        result.usage.add(raw if isinstance(raw, AIMessage) else None)
+        result.usage += Usage.of(raw if isinstance(raw, AIMessage) else None)
         if isinstance(raw, AIMessage):
             result.model = model_identity(model, raw)
         parsed = out.get("parsed") if isinstance(out, dict) else out

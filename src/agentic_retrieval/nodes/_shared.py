@@ -26,6 +26,7 @@ from agentic_retrieval.state import (
     SearchTask,
     Subquery,
 )
+from agentic_retrieval.text import same_words_key
 from agentic_retrieval.wire.events import ACTIVITY_COMPLETED, ACTIVITY_STARTED
 from agentic_retrieval.wire.models import KnowledgeSourceParams
 from agentic_retrieval.wire.render import record_type, render_entry, timestamp
@@ -161,13 +162,7 @@ def call_error(result: StructuredResult[Any]) -> ErrorInfo | None:
 
 def total_usage(entries: Iterable[Activity]) -> Usage:
     """Sum the token counts of every step that called a model."""
-    total = Usage()
-    for entry in entries:
-        if isinstance(entry, ModelCallActivity):
-            total.input_tokens += entry.usage.input_tokens
-            total.output_tokens += entry.usage.output_tokens
-            total.reasoning_tokens += entry.usage.reasoning_tokens
-    return total
+    return sum((e.usage for e in entries if isinstance(e, ModelCallActivity)), Usage())
 
 
 NodeFn = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
@@ -213,7 +208,7 @@ def resolve_subqueries(
     seen: set[str] = set()
     resolved: list[Subquery] = []
     for subquery in planned:
-        key = " ".join(subquery.text.casefold().split())
+        key = same_words_key(subquery.text)
         if not key or key in seen:
             continue
         seen.add(key)

@@ -32,6 +32,7 @@ from agentic_retrieval.nodes._shared import (
     today,
 )
 from agentic_retrieval.state import EvidenceActivity, RetrievalState, Subquery
+from agentic_retrieval.text import same_words_key
 from agentic_retrieval.wire.grounding import format_passages
 
 EVIDENCE_PASSAGE_CHARS = 24_000
@@ -131,10 +132,10 @@ def _followups(
     used = {s for q in state.subqueries for s in q.sources}
     sources = tuple(n for n in allowed if n in used) or tuple(allowed)
     always = [n for n in allowed if n in params and params[n].always_query_source]
-    asked = {" ".join(q.text.casefold().split()) for q in state.subqueries}
+    asked = {same_words_key(q.text) for q in state.subqueries}
     fresh = [
         Subquery(id=f"q{round_no}.{i}", text=text.strip(), sources=sources, round=round_no)
         for i, text in enumerate(evidence.followup_queries)
-        if text.strip() and " ".join(text.casefold().split()) not in asked
+        if text.strip() and same_words_key(text) not in asked
     ]
     return resolve_subqueries(fresh, sources, always, context.max_subqueries)

@@ -320,10 +320,8 @@ async def _score(
         reranker = LexicalReranker()
         results = [await _score_one(reranker, q, g) for q, g in by_query.items()]
     best: dict[tuple[str, str], float] = {}
-    usage = Usage()
-    for group, scores, used in results:
-        usage.input_tokens += used.input_tokens
-        usage.output_tokens += used.output_tokens
+    usage = sum((used for _, _, used in results), Usage())
+    for group, scores, _ in results:
         for hit, score in zip(group, scores, strict=True):
             key = (hit.source, hit.doc_key)
             best[key] = max(best.get(key, 0.0), clamp_score(score))

@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from agentic_retrieval.context import Context, current_context
+from agentic_retrieval.errors import SourceError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, step_completed, step_started
 from agentic_retrieval.odata import ODataError
@@ -29,7 +30,6 @@ from agentic_retrieval.sources.base import (
     KnowledgeSource,
     PermissionTrimmingKnowledgeSource,
     SearchQuery,
-    SourceError,
 )
 from agentic_retrieval.state import (
     ErrorInfo,

@@ -30,6 +30,7 @@ in-memory sources use Python; both give the same answer on the same record):
 - ``any``/``all`` apply to lists; anything else is an empty collection.
 """
 
+from agentic_retrieval.errors import ODataError
 from agentic_retrieval.odata.ast import (
     MAX_CONDITIONS,
     MAX_FILTER_LENGTH,
@@ -45,7 +46,6 @@ from agentic_retrieval.odata.ast import (
     Field,
     Literal,
     Not,
-    ODataError,
     Or,
     SearchIn,
 )

@@ -8,9 +8,6 @@ from datetime import datetime
 from typing import Literal as TypingLiteral
 from typing import TypeAlias
 
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import ODataError as ODataError
-
 ComparisonOp: TypeAlias = TypingLiteral["eq", "ne", "gt", "ge", "lt", "le"]
 COMPARISON_OPS = ("eq", "ne", "gt", "ge", "lt", "le")
 FLIPPED: dict[str, ComparisonOp] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
+from agentic_retrieval.errors import ODataError
 from agentic_retrieval.odata.ast import (
     COMPARISON_OPS,
     DEFAULT_DELIMITERS,
@@ -29,7 +30,6 @@ from agentic_retrieval.odata.ast import (
     Field,
     Literal,
     Not,
-    ODataError,
     Or,
     SearchIn,
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from agentic_retrieval.errors import ODataError
 from agentic_retrieval.odata.ast import (
     FIELD_PATH,
     All,
@@ -18,7 +19,6 @@ from agentic_retrieval.odata.ast import (
     Expr,
     Field,
     Not,
-    ODataError,
     Or,
     SearchIn,
 )

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agentic_retrieval.odata.ast import INT64_MAX, INT64_MIN, MAX_FILTER_LENGTH, ODataError
+from agentic_retrieval.errors import ODataError
+from agentic_retrieval.odata.ast import INT64_MAX, INT64_MIN, MAX_FILTER_LENGTH
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import RerankError as RerankError
+from agentic_retrieval.errors import RerankError
 from agentic_retrieval.prompts import (
     LISTWISE_GRADER_PROMPT,
     POINTWISE_GRADER_PROMPT,

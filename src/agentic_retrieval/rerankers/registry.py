@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import UnknownRerankerError as UnknownRerankerError
+from agentic_retrieval.errors import UnknownRerankerError
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker

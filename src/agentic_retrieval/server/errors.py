@@ -35,6 +35,7 @@ from agentic_retrieval.errors import (
     UnreadableFileError,
     UnsupportedFileError,
 )
+from agentic_retrieval.wire.models import ErrorDetail, ErrorResponse
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +112,7 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         """The Azure error body."""
-        body = error_body(self.code, self.message, self.details)
-        if self.target is not None:
-            body["error"]["target"] = self.target
-        return body
+        return error_body(self.code, self.message, self.details, target=self.target)
 
     def response(self) -> JSONResponse:
         """The JSON response carrying this error."""
@@ -122,10 +120,20 @@ class ApiError(Exception):
 
 
 def error_body(
-    code: str, message: str, details: list[dict[str, Any]] | None = None
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    *,
+    target: str | None = None,
 ) -> dict[str, Any]:
-    """``{"error": {"code", "message", "details"}}``."""
-    return {"error": {"code": code, "message": message, "details": details or []}}
+    """``{"error": {"code", "message", "target"?, "details"}}`` (:class:`ErrorResponse`)."""
+    detail = ErrorDetail(
+        code=code,
+        message=message,
+        target=target,
+        details=[ErrorDetail.model_validate(d) for d in details or []],
+    )
+    return ErrorResponse(error=detail).to_wire()
 
 
 def api_error_for(exc: BaseException) -> ApiError | None:

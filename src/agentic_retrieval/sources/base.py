@@ -31,12 +31,6 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import FilterNotSupportedError as FilterNotSupportedError
-from agentic_retrieval.errors import (
-    PermissionsNotEnforceableError as PermissionsNotEnforceableError,
-)
-from agentic_retrieval.errors import SourceError as SourceError
 from agentic_retrieval.odata.ast import Expr
 from agentic_retrieval.odata.fields import FieldSchema
 from agentic_retrieval.permissions import Access, Identity

@@ -43,6 +43,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore, VectorStoreRetriever
 
+from agentic_retrieval.errors import FilterNotSupportedError, PermissionsNotEnforceableError
 from agentic_retrieval.odata import (
     All,
     And,
@@ -60,13 +61,7 @@ from agentic_retrieval.odata import (
     parse_filter,
 )
 from agentic_retrieval.permissions import ALL, Access
-from agentic_retrieval.sources.base import (
-    FilterNotSupportedError,
-    Hit,
-    PermissionsNotEnforceableError,
-    SearchQuery,
-    url_from_metadata,
-)
+from agentic_retrieval.sources.base import Hit, SearchQuery, url_from_metadata
 
 logger = logging.getLogger(__name__)
 

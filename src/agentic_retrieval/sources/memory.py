@@ -16,13 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentic_retrieval.errors import PermissionsNotEnforceableError
 from agentic_retrieval.permissions import Permissions
-from agentic_retrieval.sources.base import (
-    Hit,
-    PermissionsNotEnforceableError,
-    SearchQuery,
-    url_from_metadata,
-)
+from agentic_retrieval.sources.base import Hit, SearchQuery, url_from_metadata
 from agentic_retrieval.text import query_terms, tokenize
 
 

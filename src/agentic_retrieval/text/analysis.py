@@ -23,6 +23,14 @@ MAX_QUERY_TERMS = 64
 beyond a few dozen words a query says nothing more, and per-candidate work stays bounded."""
 
 
+def same_words_key(text: str) -> str:
+    """``text`` case-folded with its whitespace collapsed: texts equal under it say the same.
+
+    How a query is recognised as already asked (``Tram  fares`` is ``tram fares``).
+    """
+    return " ".join(text.casefold().split())
+
+
 def short_text_cache(maxsize: int) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """``lru_cache`` for texts up to ``MAX_CACHED_CHARS`` (the first argument)."""
 

@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -331,3 +332,15 @@ class ErrorResponse(WireModel):
     """The Azure error body: ``{"error": {"code", "message", "details"}}``."""
 
     error: ErrorDetail
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming each invalid field by its wire (camelCase) path (at most five)."""
+    parts = []
+    for error in exc.errors()[:5]:
+        location = ".".join(str(p) for p in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown property"
+        parts.append(f"{location}: {message}" if location else message)
+    return "; ".join(parts)

@@ -53,6 +53,7 @@ from agentic_retrieval.wire.models import (
     RetrieveRequest,
     RetrieveResponse,
     check_source_params,
+    describe_validation_error,
 )
 
 
@@ -87,7 +88,7 @@ def parse_request(request: RetrieveRequest | Mapping[str, Any]) -> RetrieveReque
     try:
         return RetrieveRequest.model_validate(request)
     except ValidationError as exc:
-        raise InvalidRequestError(_describe(exc)) from exc
+        raise InvalidRequestError(describe_validation_error(exc)) from exc
 
 
 def run_context(request: RetrieveRequest, defaults: Context) -> Context:
@@ -369,13 +370,3 @@ def _to_message(role: str | None, text: str) -> AIMessage | HumanMessage | Syste
     if role == "system":
         return SystemMessage(content=text)
     return HumanMessage(content=text)
-
-
-def _describe(exc: ValidationError) -> str:
-    """A one-line message naming each invalid field by its wire (camelCase) path."""
-    parts = []
-    for error in exc.errors()[:5]:
-        location = ".".join(str(p) for p in error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
-        parts.append(f"{location}: {message}" if location else message)
-    return "; ".join(parts)

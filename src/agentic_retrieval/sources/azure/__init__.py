@@ -1,8 +1,8 @@
 """Azure AI Search as a knowledge source (extra ``azure``): querying an index, and building one."""
 
+from agentic_retrieval.errors import AzureSourceConfigurationError
 from agentic_retrieval.sources.azure.source import (
     AzureSearchKnowledgeSource,
-    AzureSourceConfigurationError,
     map_http_error,
     resolve_credential,
 )

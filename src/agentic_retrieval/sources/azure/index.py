@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_retrieval.sources.azure.source import AzureSourceConfigurationError, resolve_credential
+from agentic_retrieval.errors import AzureSourceConfigurationError
+from agentic_retrieval.sources.azure.source import resolve_credential
 
 logger = logging.getLogger(__name__)
 

@@ -39,19 +39,16 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import AzureSourceConfigurationError as AzureSourceConfigurationError
-from agentic_retrieval.errors import MissingDependencyError
+from agentic_retrieval.errors import (
+    AzureSourceConfigurationError,
+    FilterNotSupportedError,
+    MissingDependencyError,
+    PermissionsNotEnforceableError,
+    SourceError,
+)
 from agentic_retrieval.odata import ODataError, and_filters, parse_filter
 from agentic_retrieval.permissions import ALL, Access
-from agentic_retrieval.sources.base import (
-    FilterNotSupportedError,
-    Hit,
-    PermissionsNotEnforceableError,
-    SearchQuery,
-    SourceError,
-    index_document_url,
-)
+from agentic_retrieval.sources.base import Hit, SearchQuery, index_document_url
 
 if TYPE_CHECKING:
     from azure.core.exceptions import HttpResponseError

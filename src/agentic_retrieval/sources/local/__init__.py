@@ -1,5 +1,6 @@
 """The embedded default knowledge store: SQLite FTS5 (+ optional vectors), no server to run."""
 
+from agentic_retrieval.errors import StoreError, StoreNotFoundError
 from agentic_retrieval.sources.local.ingest import (
     FileFailure,
     IndexProgress,
@@ -8,7 +9,7 @@ from agentic_retrieval.sources.local.ingest import (
     index_paths,
 )
 from agentic_retrieval.sources.local.source import LocalKnowledgeSource
-from agentic_retrieval.sources.local.store import LocalStore, StoreError, StoreNotFoundError
+from agentic_retrieval.sources.local.store import LocalStore
 
 __all__ = [
     "FileFailure",

@@ -15,6 +15,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from agentic_retrieval.errors import (
+    FilterNotSupportedError,
     PermissionsNotEnforceableError,
     SourceError,
     StoreClosedError,
@@ -31,12 +32,7 @@ from agentic_retrieval.odata import (
     parse_filter,
 )
 from agentic_retrieval.permissions import Access, permission_field_filter_message
-from agentic_retrieval.sources.base import (
-    FilterNotSupportedError,
-    Hit,
-    SearchQuery,
-    index_document_url,
-)
+from agentic_retrieval.sources.base import Hit, SearchQuery, index_document_url
 from agentic_retrieval.sources.local.documents import CHUNK_SEPARATOR, DocumentHit, DocumentStore
 from agentic_retrieval.sources.local.query_threads import run_query
 from agentic_retrieval.sources.local.store import StoredHit

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
+from agentic_retrieval.errors import LoaderError, StoreError
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.chunking import (
     DEFAULT_CHUNK_SIZE,
@@ -46,19 +47,8 @@ from agentic_retrieval.sources.local.chunking import (
     body_without_title,
     chunk_text,
 )
-from agentic_retrieval.sources.local.loaders import (
-    SUPPORTED_EXTENSIONS,
-    LoadedDocument,
-    LoaderError,
-    load_file,
-)
-from agentic_retrieval.sources.local.store import (
-    ChunkRecord,
-    FileState,
-    LocalStore,
-    StoreError,
-    json_default,
-)
+from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS, LoadedDocument, load_file
+from agentic_retrieval.sources.local.store import ChunkRecord, FileState, LocalStore, json_default
 
 logger = logging.getLogger(__name__)
 

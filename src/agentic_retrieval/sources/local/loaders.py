@@ -16,10 +16,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-from agentic_retrieval.errors import ConversionLimitError
-
-# defined in errors.py; importable from here as before
-from agentic_retrieval.errors import LoaderError as LoaderError
+from agentic_retrieval.errors import ConversionLimitError, LoaderError
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 
 SUPPORTED_EXTENSIONS = frozenset(

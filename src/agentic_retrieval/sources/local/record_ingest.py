@@ -29,6 +29,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from agentic_retrieval.errors import StoreError
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.chunking import (
     DEFAULT_CHUNK_SIZE,
@@ -51,13 +52,7 @@ from agentic_retrieval.sources.local.records import (
     read_records,
     to_record,
 )
-from agentic_retrieval.sources.local.store import (
-    RECORD_PREFIX,
-    ChunkRecord,
-    FileState,
-    LocalStore,
-    StoreError,
-)
+from agentic_retrieval.sources.local.store import RECORD_PREFIX, ChunkRecord, FileState, LocalStore
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,12 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval.errors import PermissionsNotEnforceableError, StoreUnavailableError
+from agentic_retrieval.errors import (
+    FilterNotSupportedError,
+    PermissionsNotEnforceableError,
+    SourceError,
+    StoreUnavailableError,
+)
 from agentic_retrieval.odata import (
     Expr,
     FieldKind,
@@ -21,13 +26,7 @@ from agentic_retrieval.odata import (
     parse_filter,
 )
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
-from agentic_retrieval.sources.base import (
-    FilterNotSupportedError,
-    Hit,
-    SearchQuery,
-    SourceError,
-    url_from_metadata,
-)
+from agentic_retrieval.sources.base import Hit, SearchQuery, url_from_metadata
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
 from agentic_retrieval.sources.local.query_threads import run_query

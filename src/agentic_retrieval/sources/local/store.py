@@ -45,15 +45,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 from filelock import FileLock, Timeout
 
-# defined in errors.py; importable from here as before
 from agentic_retrieval.errors import (
     PermissionsNotEnforceableError,
     StoreBusyError,
     StoreClosedError,
+    StoreError,
+    StoreNotFoundError,
     StoreUnavailableError,
 )
-from agentic_retrieval.errors import StoreError as StoreError
-from agentic_retrieval.errors import StoreNotFoundError as StoreNotFoundError
 from agentic_retrieval.odata import Expr, to_sql
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.health import StoreHealth, is_damage
