@@ -28,3 +28,106 @@ def test_no_test_imports_conftest_or_another_test_module():
         and (module.endswith("conftest") or module.rsplit(".", 1)[-1].startswith("test_"))
     }
     assert offenders == set()
+
+
+# --- the library's layers ----------------------------------------------------------------------
+
+SRC = TESTS.parent / "src" / "agentic_retrieval"
+PACKAGE = "agentic_retrieval"
+
+CORE = ("vocabulary", "records", "state", "effort", "context", "prompts", "graph", "nodes")
+"""The graph and what it is made of: state, records, the effort policy, nodes, wiring."""
+EDGES = (
+    "wire",
+    "server",
+    "cli",
+    "kb",
+    "eval",
+    "knowledge_base",
+    "tool",
+    "retriever",
+    "studio",
+    "checkpointing",
+    "testing",
+)
+"""What serves the graph to callers: the retrieve API, REST, MCP, the command line, loaders."""
+
+
+def library_modules() -> dict[str, Path]:
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+MODULES = library_modules()
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function (``from a import b``
+    counts as ``a.b`` when that is a module)."""
+    names = set()
+    for module in imported_modules(path):
+        names.add(module)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in MODULES:
+                    names.add(f"{node.module}.{alias.name}")
+    return names
+
+
+def in_layer(module: str, layer: tuple[str, ...]) -> bool:
+    return any(
+        module == f"{PACKAGE}.{part}" or module.startswith(f"{PACKAGE}.{part}.") for part in layer
+    )
+
+
+def violations(rule) -> list[str]:
+    return sorted(
+        f"{module} imports {imported}"
+        for module, path in MODULES.items()
+        for imported in imports_of(path)
+        if rule(module, imported)
+    )
+
+
+def test_the_core_imports_nothing_from_the_edges():
+    assert violations(lambda m, i: in_layer(m, CORE) and in_layer(i, EDGES)) == []
+
+
+def test_only_the_builder_imports_nodes_and_never_their_private_helpers():
+    def wrong(module: str, imported: str) -> bool:
+        if not in_layer(module, ("graph",)) or not in_layer(imported, ("nodes",)):
+            return False
+        private = imported.rsplit(".", 1)[-1].startswith("_")
+        return module != f"{PACKAGE}.graph.builder" or private
+
+    assert violations(wrong) == []
+
+
+def test_no_node_imports_another_node_or_the_wiring():
+    def wrong(module: str, imported: str) -> bool:
+        if not in_layer(module, ("nodes",)) or module == f"{PACKAGE}.nodes":
+            return False
+        other_node = in_layer(imported, ("nodes",)) and not imported.rsplit(".", 1)[-1].startswith(
+            "_"
+        )
+        wiring = imported in (f"{PACKAGE}.graph.builder", f"{PACKAGE}.graph.routing")
+        return (other_node and imported != f"{PACKAGE}.nodes") or wiring
+
+    assert violations(wrong) == []
+
+
+def test_no_private_module_of_a_dependency_is_imported():
+    """A private module (``langgraph._internal``...) can move in any release: use public API."""
+
+    def private(module: str, imported: str) -> bool:
+        return not imported.startswith(PACKAGE) and any(
+            part.startswith("_") and part != "__future__" for part in imported.split(".")
+        )
+
+    assert violations(private) == []

@@ -14,17 +14,17 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.llm.schemas import EvidenceAssessment, SupportedPoint
-from agentic_retrieval.sources.base import Hit
-from agentic_retrieval.state import (
+from agentic_retrieval.records import (
     ACTIVITY_TYPES,
     ErrorInfo,
+    KnowledgeSourceParams,
     RankedHit,
     RetrievedHit,
     SearchTask,
     Subquery,
     TierDecision,
 )
-from agentic_retrieval.wire.models import KnowledgeSourceParams
+from agentic_retrieval.sources.base import Hit
 
 STATE_TYPES: tuple[type, ...] = (
     Subquery,

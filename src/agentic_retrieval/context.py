@@ -21,13 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from langgraph.config import get_config
-from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from agentic_retrieval import prompts
 from agentic_retrieval.errors import ThresholdSettingError
 from agentic_retrieval.permissions import Identity
+from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 
 MODEL_STRING = "a 'provider:model' string"
 DEFAULT_RERANKER_THRESHOLD = 2.5
@@ -40,15 +39,12 @@ THRESHOLD_ENV_VAR = "AGENTIC_RETRIEVAL_RERANKER_THRESHOLD"
 Threshold = float | Literal["default"] | None
 """A ``reranker_threshold`` setting: a cut-off, no cut-off (``None``), or the default rule."""
 
-ReasoningEffortKind = Literal["minimal", "low", "medium", "auto"]
-OutputMode = Literal["extractiveData", "answerSynthesis"]
-
 
 @dataclass(kw_only=True)
 class Context:
     """Configuration of one retrieval run."""
 
-    reasoning_effort: ReasoningEffortKind | None = field(
+    reasoning_effort: RequestedEffort | None = field(
         default=None,
         metadata={
             "description": "minimal: no LLM, search the intents/last message on every source. "
@@ -514,25 +510,3 @@ def settings_of(context: Context) -> dict[str, Any]:
         for spec in fields(Context)
         if spec.name != "identity" and getattr(context, spec.name) != getattr(plain, spec.name)
     }
-
-
-def current_context(runtime: Runtime[Context] | None) -> Context:
-    """The run's Context: ``context=`` when given, else ``config["configurable"]``.
-
-    Both ways of configuring a LangGraph run work: ``graph.invoke(x, context=Context(...))``
-    and ``graph.invoke(x, {"configurable": {"reasoning_effort": "minimal"}})`` (what older
-    clients and some Studio set-ups send). A context given as a dict (Studio's configuration
-    panel) or as ``configurable`` fills in over the graph's own defaults
-    (``configurable[DEFAULTS_KEY]``), so a knowledge base's settings apply where it is silent.
-    """
-    context = runtime.context if runtime is not None else None
-    if isinstance(context, Context):
-        return context
-    try:
-        configurable = get_config().get("configurable") or {}
-    except RuntimeError:  # called outside a run
-        configurable = {}
-    # a context names only fields; configurable also carries LangGraph's own keys
-    strict = isinstance(context, Mapping)
-    given = dict(context) if isinstance(context, Mapping) else dict(configurable)
-    return Context.from_mapping({**(configurable.get(DEFAULTS_KEY) or {}), **given}, strict=strict)

@@ -33,13 +33,9 @@ from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.tool import KnowledgeBaseTool, knowledge_base_tool
+from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.wire.events import RetrieveEvent, RetrieveEvents, extensions_from
-from agentic_retrieval.wire.models import (
-    OutputMode,
-    ReasoningEffortKind,
-    RetrieveRequest,
-    RetrieveResponse,
-)
+from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 from agentic_retrieval.wire.retrieve import (
     effort_choice,
     graph_input,
@@ -56,7 +52,8 @@ class KnowledgeBase:
     """A named set of knowledge sources with a retrieval graph over them.
 
     Args:
-        sources: The knowledge sources.
+        sources: The knowledge sources, or a mapping of them by name, kept as it is: a
+            mapping that changes (a directory's live sources) changes what runs search.
         name: The knowledge base name (the ``{name}`` in the REST path).
         description: What the knowledge base holds.
         chat_model: Model for every LLM role (object or ``provider:model``); ``None`` uses
@@ -285,7 +282,7 @@ class KnowledgeBase:
         name: str | None = None,
         description: str | None = None,
         *,
-        effort: ReasoningEffortKind | None = None,
+        effort: RequestedEffort | None = None,
         output_mode: OutputMode | None = None,
         identity: Identity | Mapping[str, Any] | None = None,
         filter: str | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -25,6 +25,7 @@ from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.graph.sync import run_sync
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.vocabulary import RequestedEffort
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 
 
@@ -72,7 +73,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     knowledge_base: Retrieves
-    reasoning_effort: Literal["minimal", "low", "medium", "auto"] = "minimal"
+    reasoning_effort: RequestedEffort = "minimal"
     k: int = 4
     filter: str | None = None
     knowledge_sources: list[str] | None = None

@@ -48,7 +48,8 @@ from agentic_retrieval.sources.base import (
     KnowledgeSource,
     TypedFilterableKnowledgeSource,
 )
-from agentic_retrieval.wire.models import OutputMode, ReasoningEffortKind, RetrieveResponse
+from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
+from agentic_retrieval.wire.models import RetrieveResponse
 from agentic_retrieval.wire.retrieve import conversation_request, known_fields, prepare
 from agentic_retrieval.wire.summary import failed_sources
 
@@ -98,7 +99,7 @@ class KnowledgeBaseTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     knowledge_base: ToolTarget
-    effort: ReasoningEffortKind | None = None
+    effort: RequestedEffort | None = None
     output_mode: OutputMode | None = None
     identity: Identity | None = None
     run_defaults: Context
@@ -204,7 +205,7 @@ def knowledge_base_tool(
     name: str | None = None,
     description: str | None = None,
     *,
-    effort: ReasoningEffortKind | None = None,
+    effort: RequestedEffort | None = None,
     output_mode: OutputMode | None = None,
     identity: Identity | None = None,
     filter: str | None = None,

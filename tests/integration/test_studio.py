@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentic_retrieval.effort import NO_MODEL_NOTE
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.permissions import Permissions
-from agentic_retrieval.state import NO_MODEL_NOTE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

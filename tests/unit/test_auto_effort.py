@@ -14,10 +14,9 @@ from typer.testing import CliRunner
 
 from agentic_retrieval import Context, KnowledgeBase
 from agentic_retrieval.cli.app import app as cli_app
+from agentic_retrieval.effort import NO_MODEL_NOTE, count_asks, question_signals
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.server.mcp import build_mcp_server
-from agentic_retrieval.signals import count_asks, question_signals
-from agentic_retrieval.state import NO_MODEL_NOTE
 from agentic_retrieval.testing import ScriptedChatModel
 
 AUTO = {"retrievalReasoningEffort": {"kind": "auto"}}

@@ -14,10 +14,10 @@ from tests.server_harness import FARES, transit_kb
 
 from agentic_retrieval.nodes import rerank as rerank_module
 from agentic_retrieval.nodes.rerank import unique_candidates
+from agentic_retrieval.records import RetrievedHit
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.sources.local.store import fts_match_expression
-from agentic_retrieval.state import RetrievedHit
 from agentic_retrieval.text import MAX_QUERY_TERMS, query_terms
 
 

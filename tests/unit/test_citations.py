@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentic_retrieval.wire.citations import cited_ids, validate_citations
+from agentic_retrieval.text.citations import cited_ids, validate_citations
 
 VALID = {0, 1}
 

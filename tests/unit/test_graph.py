@@ -782,7 +782,7 @@ def test_answer_cannot_cite_passages_of_unreferenced_sources(toy_source, faq_sou
             ],
         }
     )
-    from agentic_retrieval.wire.citations import cited_ids
+    from agentic_retrieval.text.citations import cited_ids
 
     referenced = {int(r.id) for r in response.references}
     assert cited_ids(response.text) == [1, 2]
@@ -893,8 +893,8 @@ async def test_astream_forwards_config_callbacks_to_the_graph(toy_source):
     request = {"intents": [{"search": "lost items"}]}
     events = [e async for e in kb.astream(request, config={"callbacks": [handler]})]
     assert events[-1]["data"]["response"]["references"][0]["docKey"] == "lost"
-    nodes = [n for n in handler.names if n in ("route_and_plan", "rerank", "respond")]
-    assert list(dict.fromkeys(nodes)) == ["route_and_plan", "rerank", "respond"]
+    nodes = [n for n in handler.names if n in ("begin_turn", "rerank", "respond")]
+    assert list(dict.fromkeys(nodes)) == ["begin_turn", "rerank", "respond"]
 
 
 def test_as_retriever_is_typed_and_the_graph_carries_no_extra_attribute(toy_source):

@@ -25,7 +25,7 @@ def test_graph_has_the_designed_nodes_and_edges():
     graph = build_graph([]).get_graph()
     assert set(graph.nodes) == {
         "__start__",
-        "route_and_plan",
+        "begin_turn",
         "judge_question",
         "plan_queries",
         "prepare_searches",
@@ -39,14 +39,14 @@ def test_graph_has_the_designed_nodes_and_edges():
     }
     edges = {(e.source, e.target, e.conditional) for e in graph.edges}
     assert edges == {
-        ("__start__", "route_and_plan", False),
-        ("route_and_plan", "judge_question", True),
-        ("route_and_plan", "prepare_searches", True),
-        ("route_and_plan", "respond", True),
+        ("__start__", "begin_turn", False),
+        ("begin_turn", "judge_question", True),  # auto: judge the question first
+        ("begin_turn", "plan_queries", True),  # low, medium: the model plans
+        ("begin_turn", "prepare_searches", True),  # minimal or intents: searched as given
         ("judge_question", "plan_queries", True),
         ("judge_question", "prepare_searches", True),
         ("plan_queries", "prepare_searches", True),
-        ("plan_queries", "respond", True),
+        ("plan_queries", "respond", True),  # no retrieval needed
         ("prepare_searches", "rerank", True),  # nothing to search: straight to rerank
         ("prepare_searches", "search", True),
         ("search", "rerank", False),

@@ -119,7 +119,8 @@ def test_a_turn_resets_every_run_field_it_does_not_write(toy_source, caplog):
         "planned_by",
         "effort",
         "requested_effort",
-        "needs_retrieval",
+        "judge",
+        "next_step",
         "assistant_message",
         "activity_log",
         "response",
@@ -134,7 +135,7 @@ def test_a_turn_resets_every_run_field_it_does_not_write(toy_source, caplog):
             else spec.default
         )
         assert after_second.get(spec.name, default) == default, spec.name
-    assert after_second["needs_retrieval"] is False
+    assert after_second["next_step"] == "respond"  # no retrieval needed: straight to the reply
     assert after_second["planned_by"] == "model"
     assert [m.content for m in after_second["messages"]][-1] == "You're welcome!"
     assert len(after_second["messages"]) == 4

@@ -37,6 +37,17 @@ from agentic_retrieval.errors import (
     ModelRequiredError,
     ODataError,
 )
+from agentic_retrieval.graph.events import (
+    Answering,
+    Assessing,
+    Escalating,
+    FollowingUp,
+    Planning,
+    ProgressNote,
+    Reranking,
+    Searching,
+    progress_note,
+)
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import Expr, check_fields, parse_filter
@@ -47,6 +58,7 @@ from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS
 from agentic_retrieval.sources.local.records import RecordFields
+from agentic_retrieval.vocabulary import OUTPUT_MODES, REQUESTED_EFFORTS
 from agentic_retrieval.wire.events import (
     ERROR,
     PROGRESS,
@@ -68,8 +80,6 @@ PREVIEW_CHARS = 400
 EXIT_USAGE = 2
 MAX_NAMED_IGNORED = 20
 TRACEBACK_ENV_VAR = "AGENTIC_RETRIEVAL_TRACEBACK"
-EFFORTS = ("minimal", "low", "medium", "auto")
-OUTPUT_MODES = ("extractiveData", "answerSynthesis")
 
 app = typer.Typer(
     name="agentic-retrieval",
@@ -665,7 +675,7 @@ def retrieve(
 
     identity = _identity(user, group or [])
     chosen = None if threshold is None else cli_threshold(threshold, "--threshold")
-    _check_choice("--effort", effort, EFFORTS)
+    _check_choice("--effort", effort, REQUESTED_EFFORTS)
     _check_choice("--output-mode", output_mode, OUTPUT_MODES)
     if not question.strip():
         raise UserError("QUESTION is empty: give the question to retrieve for")
@@ -794,7 +804,7 @@ def build_request(
 def run_retrieve(
     kb: KnowledgeBase,
     request: dict[str, Any],
-    on_event: Callable[[dict[str, Any]], None] | None,
+    on_event: Callable[[ProgressNote], None] | None,
     identity: Identity | None = None,
 ) -> RetrieveResponse:
     """Run ``request``, reporting progress events to ``on_event``; bounded by its runtime.
@@ -814,8 +824,9 @@ def run_retrieve(
         started = time.time()
         async for event in kb.astream(parsed, identity=identity, extensions={PROGRESS}):
             name, data = event["event"], event["data"]
-            if name == PROGRESS:
-                on_event({"event": data["step"], **data})
+            note = progress_note(data["step"], data) if name == PROGRESS else None
+            if note is not None:
+                on_event(note)
             elif name == RESPONSE_COMPLETED:
                 return completed_response(data)
             elif name == ERROR:
@@ -854,17 +865,17 @@ def model_required_message(exc: ModelRequiredError) -> str:
     )
 
 
-def _status_updater(status: Any) -> Callable[[dict[str, Any]], None]:
-    def update(event: dict[str, Any]) -> None:
-        name = event.get("event")
-        if name == "searching":
-            status.update(f"searching {event.get('searches', '?')} (subquery × source)…")
-        elif name == "reranking":
-            status.update(f"reranking {event.get('candidates', '?')} candidates…")
-        elif name in ("planning", "assessing", "answering", "following_up"):
-            status.update(f"{name}…")
-        elif name == "escalating":
-            status.update(f"escalating to {event.get('to')}…")
+def _status_updater(status: Any) -> Callable[[ProgressNote], None]:
+    def update(note: ProgressNote) -> None:
+        match note:
+            case Searching(searches=searches):
+                status.update(f"searching {searches} (subquery × source)…")
+            case Reranking(candidates=candidates):
+                status.update(f"reranking {candidates} candidates…")
+            case Planning() | Assessing() | Answering() | FollowingUp():
+                status.update(f"{note.event}…")
+            case Escalating(to=to):
+                status.update(f"escalating to {to}…")
 
     return update
 

@@ -9,12 +9,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from agentic_retrieval.context import Context, OutputMode, ReasoningEffortKind, Threshold
+from agentic_retrieval.context import Context, Threshold
 from agentic_retrieval.errors import EvalConfigurationError
+from agentic_retrieval.vocabulary import OUTPUT_MODES, OutputMode, RequestedEffort
+from agentic_retrieval.vocabulary import REQUESTED_EFFORTS as EFFORTS
 
-EFFORTS = ("minimal", "low", "medium", "auto")
 RETRIEVALS = ("lexical", "hybrid")
-OUTPUT_MODES = ("extractiveData", "answerSynthesis")
 DEFAULT_TOP_N = 100
 """Ranked chunks kept per question: deep enough for Recall@100 on single-chunk documents."""
 EVAL_MAX_OUTPUT_SIZE = 10_000_000
@@ -102,7 +102,7 @@ class Configuration:
         base = base or Context()
         return dataclasses.replace(
             base,
-            reasoning_effort=cast(ReasoningEffortKind, self.effort),
+            reasoning_effort=cast(RequestedEffort, self.effort),
             output_mode=cast(OutputMode, self.output_mode),
             top_n=self.top_n,
             search_top=max(base.search_top, self.top_n),

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from agentic_retrieval.errors import MissingDependencyError
-from agentic_retrieval.wire.citations import cited_ids
+from agentic_retrieval.text.citations import cited_ids
 
 IR_METRICS: dict[str, str] = {
     "nDCG@10": "nDCG@10",

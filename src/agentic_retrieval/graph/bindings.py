@@ -15,10 +15,10 @@ from langchain_core.language_models import BaseChatModel
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import UnknownKnowledgeSourceError
 from agentic_retrieval.llm.chat_models import ChatModels
+from agentic_retrieval.records import SourceParams
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.wire.models import KnowledgeSourceParams
 
 
 @dataclass
@@ -42,6 +42,10 @@ class Bindings:
     ) -> Bindings:
         """Bind sources (names must be unique), chat models by role and a reranker.
 
+        A ``Mapping`` keyed by the sources' names is kept as it is, not copied: the graph reads
+        it on every run, so a mapping that changes (a knowledge-base directory's
+        :class:`~agentic_retrieval.kb.live.LiveSources`) changes what the runs search.
+
         Raises:
             ValueError: Two sources share a name.
         """
@@ -54,12 +58,14 @@ class Bindings:
 
 def sources_by_name(
     sources: Iterable[KnowledgeSource] | Mapping[str, KnowledgeSource],
-) -> dict[str, KnowledgeSource]:
-    """Index sources by name.
+) -> Mapping[str, KnowledgeSource]:
+    """Index sources by name (a mapping already keyed by their names is returned as is).
 
     Raises:
         ValueError: Two sources share a name.
     """
+    if isinstance(sources, Mapping) and all(k == s.name for k, s in sources.items()):
+        return sources
     items = list(sources.values()) if isinstance(sources, Mapping) else list(sources)
     by_name: dict[str, KnowledgeSource] = {}
     for source in items:
@@ -69,9 +75,7 @@ def sources_by_name(
     return by_name
 
 
-def allowed_sources(
-    bindings: Bindings, context: Context, params: dict[str, KnowledgeSourceParams]
-) -> list[str]:
+def allowed_sources(bindings: Bindings, context: Context, params: SourceParams) -> list[str]:
     """Sources this run may query: bound, allowed by the context, named by the caller.
 
     Raises:

@@ -1,15 +1,18 @@
-"""Wiring only: the graph as drawn in DESIGN.md §1.
+"""Wiring only: the graph as drawn in docs/ARCHITECTURE.md.
 
 ```
-START → route_and_plan → prepare_searches → search × N (Send) → rerank → synthesize → respond → END
-        route_and_plan → respond                    (no retrieval needed)
-                                                    rerank → assess_evidence (medium)
-                                  assess_evidence → search × N (follow-ups) | synthesize
-auto:   route_and_plan → judge_question → prepare_searches | plan_queries (not searchable as is)
-        plan_queries → prepare_searches | respond
+START → begin_turn → prepare_searches → search × N (Send) → rerank → synthesize → respond → END
+        begin_turn → plan_queries → prepare_searches | respond (no retrieval needed)
+                                                  rerank → assess_evidence (medium)
+                                assess_evidence → search × N (follow-ups) | synthesize
+auto:   begin_turn → judge_question → prepare_searches | plan_queries (not searchable as is)
         rerank → judge_results → synthesize | plan_queries (weak at minimal)
                                | assess_evidence (weak at low)
 ```
+
+Where a node has several ways out, it writes its choice (``next_step``) and
+:func:`~agentic_retrieval.graph.routing.follow` follows it; the lists here are what it may
+choose, what Studio draws.
 """
 
 from __future__ import annotations
@@ -22,22 +25,24 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.graph import routing
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.graph.sync import with_sync_twin
-from agentic_retrieval.nodes.assess_evidence import make_assess_evidence
+from agentic_retrieval.graph.routing import follow
+from agentic_retrieval.graph.runtime import BoundNode, NodeBody
+from agentic_retrieval.graph.schema import described
+from agentic_retrieval.nodes.assess_evidence import assess_evidence
+from agentic_retrieval.nodes.begin_turn import begin_turn
 from agentic_retrieval.nodes.judge_question import judge_question
 from agentic_retrieval.nodes.judge_results import judge_results
-from agentic_retrieval.nodes.plan_queries import make_plan_queries
-from agentic_retrieval.nodes.prepare_searches import make_prepare_searches
-from agentic_retrieval.nodes.rerank import make_rerank
-from agentic_retrieval.nodes.respond import make_respond
-from agentic_retrieval.nodes.route_and_plan import make_route_and_plan
-from agentic_retrieval.nodes.search import make_search
-from agentic_retrieval.nodes.synthesize import make_synthesize
+from agentic_retrieval.nodes.plan_queries import plan_queries
+from agentic_retrieval.nodes.prepare_searches import prepare_searches
+from agentic_retrieval.nodes.rerank import rerank
+from agentic_retrieval.nodes.respond import respond
+from agentic_retrieval.nodes.search import search
+from agentic_retrieval.nodes.synthesize import synthesize
+from agentic_retrieval.records import SearchTask
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.state import InputState, OutputState, RetrievalState, described
+from agentic_retrieval.state import InputState, OutputState, RetrievalState
 
 GRAPH_NAME = "agentic_retrieval"
 
@@ -100,33 +105,40 @@ def compile_graph(
         input_schema=described(InputState),  # Studio's input form shows field descriptions
         output_schema=described(OutputState),
         # a TypedDict, not the dataclass: LangGraph would build a Context from a dict context
-        # itself, and current_context could no longer fill in what it leaves unset
+        # itself, and BoundNode could no longer fill in what it leaves unset
         context_schema=described(Context),
     )
-    builder.add_node("route_and_plan", with_sync_twin(make_route_and_plan(bindings)))
-    builder.add_node("judge_question", with_sync_twin(judge_question))
-    builder.add_node("plan_queries", with_sync_twin(make_plan_queries(bindings)))
-    builder.add_node("prepare_searches", with_sync_twin(make_prepare_searches(bindings)))
-    builder.add_node("search", with_sync_twin(make_search(bindings)))
-    builder.add_node("rerank", with_sync_twin(make_rerank(bindings)))
-    builder.add_node("judge_results", with_sync_twin(judge_results))
-    builder.add_node("assess_evidence", with_sync_twin(make_assess_evidence(bindings)))
-    builder.add_node("synthesize", with_sync_twin(make_synthesize(bindings)))
-    builder.add_node("respond", with_sync_twin(make_respond(bindings)))
 
-    builder.add_edge(START, "route_and_plan")
-    builder.add_conditional_edges("route_and_plan", routing.after_route_and_plan)
-    builder.add_conditional_edges("judge_question", routing.after_judge_question)
-    builder.add_conditional_edges("plan_queries", routing.after_plan_queries)
+    def add(body: NodeBody[Any], **options: Any) -> None:
+        """Register ``body`` under its function's name, bound to ``bindings``."""
+        builder.add_node(body.__name__, BoundNode(body, bindings), **options)
+
+    add(begin_turn)
+    add(judge_question)
+    add(plan_queries)
+    add(prepare_searches)
+    add(search, input_schema=SearchTask)  # a Send payload: one subquery against one source
+    add(rerank)
+    add(judge_results)
+    add(assess_evidence)
+    add(synthesize)
+    add(respond)
+
+    builder.add_edge(START, "begin_turn")
     builder.add_conditional_edges(
-        "prepare_searches", routing.dispatch_searches, ["search", "rerank"]
+        "begin_turn", follow, ["judge_question", "plan_queries", "prepare_searches"]
     )
+    builder.add_conditional_edges("judge_question", follow, ["plan_queries", "prepare_searches"])
+    builder.add_conditional_edges("plan_queries", follow, ["prepare_searches", "respond"])
+    builder.add_conditional_edges("prepare_searches", follow, ["search", "rerank"])
     builder.add_edge("search", "rerank")
-    builder.add_conditional_edges("rerank", routing.after_rerank)
-    builder.add_conditional_edges("judge_results", routing.after_judge_results)
     builder.add_conditional_edges(
-        "assess_evidence", routing.after_assess_evidence, ["search", "synthesize"]
+        "rerank", follow, ["assess_evidence", "judge_results", "synthesize", "respond"]
     )
+    builder.add_conditional_edges(
+        "judge_results", follow, ["plan_queries", "assess_evidence", "synthesize"]
+    )
+    builder.add_conditional_edges("assess_evidence", follow, ["search", "synthesize"])
     builder.add_edge("synthesize", "respond")
     builder.add_edge("respond", END)
     return builder.compile(checkpointer=checkpointer, name=name)

@@ -11,15 +11,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import functools
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
-
-# RunnableCallable is what StateGraph.add_node wraps plain functions in; it is the one way
-# to give a node both a sync and an async body with runtime injection. Private, so pinned
-# to langgraph 1.x in pyproject and covered by the invoke/stream tests.
-from langgraph._internal._runnable import RunnableCallable
 
 T = TypeVar("T")
 
@@ -70,18 +64,3 @@ def _copy_outcome(task: asyncio.Task[T], result: concurrent.futures.Future[T]) -
         result.set_exception(task.exception())
     else:
         result.set_result(task.result())
-
-
-def with_sync_twin(afunc: Callable[..., Any]) -> RunnableCallable:
-    """Give an async node a sync twin so ``invoke``/``stream`` work as well as ``ainvoke``.
-
-    The twin hands the coroutine to the background loop (:func:`run_sync`), so it also works
-    when the caller's thread already runs a loop, as in Jupyter, and keeps the caller's
-    context variables (callbacks, tracing).
-    """
-
-    @functools.wraps(afunc)
-    def func(*args: Any, **kwargs: Any) -> Any:
-        return run_sync(afunc(*args, **kwargs))
-
-    return RunnableCallable(func, afunc, name=afunc.__name__)

@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindError
 from agentic_retrieval.odata import FieldKind
+from agentic_retrieval.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
 from agentic_retrieval.wire.models import describe_validation_error
 
 ETAG_FIELD = "@odata.etag"
@@ -328,7 +329,7 @@ class KnowledgeSourceDefinition(Definition):
 
     kind: Literal["searchIndex", "file"]
     description: str | None = None
-    results_processing: Literal["rerank", "none"] | None = None
+    results_processing: ResultsProcessing | None = None
     encryption_key: dict[str, Any] | None = None
     search_index_parameters: SearchIndexParameters | None = None
     file_parameters: FileParameters | None = None
@@ -359,7 +360,7 @@ class ReasoningEffortSetting(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["minimal", "low", "medium", "auto"]
+    kind: RequestedEffort
 
 
 class RetrieveDefaults(BaseModel):
@@ -423,7 +424,7 @@ class KnowledgeBaseDefinition(Definition):
     knowledge_sources: list[KnowledgeSourceReference] = Field(min_length=1, max_length=100)
     models: list[dict[str, Any]] | None = None
     retrieval_reasoning_effort: ReasoningEffortSetting | None = None
-    output_mode: Literal["extractiveData", "answerSynthesis"] | None = None
+    output_mode: OutputMode | None = None
     retrieval_instructions: str | None = Field(default=None, max_length=32_000)
     answer_instructions: str | None = Field(default=None, max_length=32_000)
     retrieve_defaults: RetrieveDefaults | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from agentic_retrieval.kb.live import LiveSources
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.registry import reranker_by_name
+from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.sources.local import ProgressCallback
 
 SAMPLE_KB_NAME = "harborline"
@@ -68,9 +69,13 @@ def open_knowledge_base(
             "add one with 'agentic-retrieval index'"
         )
     chosen = reranker if isinstance(reranker, Reranker) else reranker_by_name(reranker)
-    live = None if sources else LiveSources(directory, embeddings)
-    opened = list(live.values()) if live else [directory.open_source(n, embeddings) for n in names]
-    kb = KnowledgeBase(
+    # without a choice of sources, the graph reads the manifest's current ones on every run
+    opened: Mapping[str, KnowledgeSource] | list[KnowledgeSource] = (
+        [directory.open_source(n, embeddings) for n in names]
+        if sources
+        else LiveSources(directory, embeddings)
+    )
+    return KnowledgeBase(
         opened,
         name=directory.name,
         description=directory.description,
@@ -79,9 +84,6 @@ def open_knowledge_base(
         defaults=directory.settings.context(),
         enforce_permissions=enforce_permissions,
     )
-    if live is not None:
-        kb.bindings.sources = live  # the graph reads its sources here on every run
-    return kb
 
 
 def default_cache_dir() -> Path:

@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -22,11 +22,11 @@ from pydantic import BaseModel, ConfigDict
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import ModelNotConfiguredError, ModelUnavailableError
+from agentic_retrieval.vocabulary import ModelRole
 
 logger = logging.getLogger(__name__)
 
 MODEL_ENV_VAR = "AGENTIC_RETRIEVAL_CHAT_MODEL"
-Role = Literal["planning", "evidence", "answer"]
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 
@@ -49,7 +49,7 @@ class ChatModels:
     evidence: BaseChatModel | str | None = None
     answer: BaseChatModel | str | None = None
 
-    def resolve(self, role: Role, context: Context) -> BaseChatModel:
+    def resolve(self, role: ModelRole, context: Context) -> BaseChatModel:
         """Return the model for ``role`` under ``context``.
 
         Raises:
@@ -61,11 +61,11 @@ class ChatModels:
             raise ModelNotConfiguredError(role, MODEL_ENV_VAR)
         return chosen if isinstance(chosen, BaseChatModel) else _init_model(chosen)
 
-    def is_configured(self, role: Role, context: Context) -> bool:
+    def is_configured(self, role: ModelRole, context: Context) -> bool:
         """Whether :meth:`resolve` would find a model (without building one)."""
         return self.choice(role, context) is not None
 
-    def choice(self, role: Role, context: Context) -> BaseChatModel | str | None:
+    def choice(self, role: ModelRole, context: Context) -> BaseChatModel | str | None:
         """The first model set for ``role``, in the order of the module docstring.
 
         Returns:

@@ -7,29 +7,25 @@ parameters, source resolution for a round, and the search tasks a round fans out
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
-from langgraph.types import StreamWriter
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.llm.chat_models import StructuredResult, Usage
 from agentic_retrieval.odata import and_filters
-from agentic_retrieval.state import (
+from agentic_retrieval.records import (
     Activity,
     ErrorInfo,
     ModelCallActivity,
-    RetrievalState,
     SearchTask,
+    SourceParams,
     Subquery,
 )
+from agentic_retrieval.state import RetrievalState
 from agentic_retrieval.text import same_words_key
-from agentic_retrieval.wire.events import ACTIVITY_COMPLETED, ACTIVITY_STARTED
-from agentic_retrieval.wire.models import KnowledgeSourceParams
-from agentic_retrieval.wire.render import record_type, render_entry, timestamp
 
 MAX_TRANSCRIPT_CHARS = 12_000
 """Oldest turns are dropped from prompts beyond this many characters."""
@@ -94,67 +90,6 @@ def remaining_seconds(started_at: float | None, context: Context) -> float:
     return started_at + context.max_runtime_seconds - time.time()
 
 
-_clock_lock = threading.Lock()
-_last_step_start = 0.0
-
-
-def step_clock() -> float:
-    """``time.time()``, made strictly increasing across calls (by a microsecond at least).
-
-    Steps are numbered by start time in the response and by the order their
-    ``activity.started`` events arrive on the stream; a clock that never repeats or goes
-    back (parallel searches start microseconds apart) keeps the two numberings the same.
-    """
-    global _last_step_start
-    with _clock_lock:
-        _last_step_start = max(time.time(), _last_step_start + 1e-6)
-        return _last_step_start
-
-
-def step_started(
-    writer: StreamWriter,
-    kind: str,
-    key: str,
-    *,
-    source: str | None = None,
-    source_kind: str | None = None,
-) -> tuple[float, float]:
-    """Announce a step on the custom stream (``activity.started``) and time it.
-
-    Args:
-        writer: The node's stream writer.
-        kind: The record kind (``search``, ``planning``, ``rerank``...).
-        key: The record's key (see :class:`agentic_retrieval.state.Activity`).
-        source: The knowledge source a search step queries.
-        source_kind: That source's kind.
-
-    Returns:
-        The step's start as ``(step_clock(), time.perf_counter())``: the record's ``started``
-        and the base of its ``elapsed_ms``.
-    """
-    wall = step_clock()
-    event: dict[str, Any] = {
-        "event": ACTIVITY_STARTED,
-        "key": key,
-        "type": record_type(kind, source_kind),
-        "startedAt": timestamp(wall),
-    }
-    if source is not None:
-        event["knowledgeSourceName"] = source
-    writer(event)
-    return wall, time.perf_counter()
-
-
-def step_completed(writer: StreamWriter, record: Activity) -> None:
-    """Report a finished step on the custom stream (``activity.completed``, wire shape)."""
-    writer({"event": ACTIVITY_COMPLETED, "key": record.key, "record": render_entry(record)})
-
-
-def elapsed_ms(started: float) -> int:
-    """Milliseconds since ``started`` (a ``time.perf_counter()`` value)."""
-    return round((time.perf_counter() - started) * 1000)
-
-
 def call_error(result: StructuredResult[Any]) -> ErrorInfo | None:
     """The error of a structured model call that produced no usable value, if any."""
     return ErrorInfo.of(result.error_code, result.error) if result.error else None
@@ -165,25 +100,7 @@ def total_usage(entries: Iterable[Activity]) -> Usage:
     return sum((e.usage for e in entries if isinstance(e, ModelCallActivity)), Usage())
 
 
-NodeFn = Callable[..., Coroutine[Any, Any, dict[str, Any]]]
-
-
-def parse_source_params(raw: Sequence[Any]) -> dict[str, KnowledgeSourceParams]:
-    """The caller's per-source overrides (wire-shaped dicts or models), by source name."""
-    params = {}
-    for item in raw:
-        parsed = (
-            item
-            if isinstance(item, KnowledgeSourceParams)
-            else KnowledgeSourceParams.model_validate(item)
-        )
-        params[parsed.knowledge_source_name] = parsed
-    return params
-
-
-def results_processing(
-    source: str, params: dict[str, KnowledgeSourceParams], context: Context
-) -> str:
+def results_processing(source: str, params: SourceParams, context: Context) -> str:
     """``rerank`` or ``none`` for ``source``: the request's value, else the source's own."""
     given = params[source].results_processing if source in params else None
     if given is not None:
@@ -227,7 +144,7 @@ def next_round(subqueries: Sequence[Subquery]) -> int:
 
 def build_tasks(
     subqueries: list[Subquery],
-    params: dict[str, KnowledgeSourceParams],
+    params: SourceParams,
     context: Context,
     started_at: float,
 ) -> list[SearchTask]:

@@ -2,92 +2,79 @@
 
 One structured call judges sufficiency and confidence, extracts key points with their
 ref_ids, and proposes follow-up queries for what is missing. While the evidence is
-insufficient and the iteration budget allows, the follow-ups become the next retrieval round
-(the routing function sends them to ``search``). When the output cannot be parsed twice the
-node degrades to "sufficient" with an error record, so the run still answers.
+insufficient and the iteration budget allows (:func:`~agentic_retrieval.effort.within_budget`,
+the one check of ``max_iterations``), the follow-ups become the next retrieval round, fanned
+out to ``search``; otherwise the run goes on to ``synthesize``. When the output cannot be
+parsed twice the node degrades to "sufficient" with an error record, so the run still
+answers.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from langchain_core.messages import HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.runtime import Runtime
-from langgraph.types import StreamWriter
 
-from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.graph.bindings import Bindings, allowed_sources
+from agentic_retrieval.effort import within_budget
+from agentic_retrieval.graph.bindings import allowed_sources
+from agentic_retrieval.graph.events import Assessing, FollowingUp
+from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment
+from agentic_retrieval.nodes._output import format_passages
 from agentic_retrieval.nodes._shared import (
-    NodeFn,
+    build_tasks,
     call_error,
-    elapsed_ms,
     next_round,
     remaining_seconds,
     resolve_subqueries,
-    step_completed,
-    step_started,
     today,
 )
-from agentic_retrieval.state import EvidenceActivity, RetrievalState, Subquery
+from agentic_retrieval.records import EvidenceActivity, Subquery
+from agentic_retrieval.state import RetrievalState, Update
 from agentic_retrieval.text import same_words_key
-from agentic_retrieval.wire.grounding import format_passages
 
 EVIDENCE_PASSAGE_CHARS = 24_000
 """Passage text shown to the evidence model (whole passages, best first)."""
 
 
-def make_assess_evidence(bindings: Bindings) -> NodeFn:
-    """Build the node bound to ``bindings``."""
-
-    async def assess_evidence(
-        state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
-    ) -> dict[str, Any]:
-        """Judge the evidence; plan a follow-up round when it falls short."""
-        context = current_context(runtime)
-        left = remaining_seconds(state.started_at, context)
-        if left <= 0:
-            return {"round_to_search": None, "timed_out": True}
-        runtime.stream_writer({"event": "assessing", "passages": len(state.ranked)})
-        result, entry = await _assess(bindings, state, context, config, left, runtime.stream_writer)
-        step_completed(runtime.stream_writer, entry)
-        evidence = _to_evidence(result)
-        update: dict[str, Any] = {
-            "evidence": evidence,
-            "activity_log": [entry],
-            "round_to_search": None,
-        }
-        iteration = state.iteration
-        if evidence.is_sufficient or iteration >= context.max_iterations:
-            return update
-        round_no = next_round(state.subqueries)
-        followups = _followups(bindings, state, context, evidence, round_no)
-        if followups:
-            runtime.stream_writer({"event": "following_up", "subqueries": len(followups)})
-            update.update(subqueries=followups, iteration=iteration + 1, round_to_search=round_no)
+async def assess_evidence(state: RetrievalState, run: Run) -> Update:
+    """Judge the evidence; schedule a follow-up round when it falls short and budget allows."""
+    context = run.context
+    left = remaining_seconds(state.started_at, context)
+    if left <= 0:
+        return {"timed_out": True, "next_step": "synthesize"}
+    run.emit(Assessing(passages=len(state.ranked)))
+    result, record = await _assess(state, run, left)
+    run.complete(record)
+    evidence = _to_evidence(result)
+    update: Update = {"evidence": evidence, "activity_log": [record], "next_step": "synthesize"}
+    if evidence.is_sufficient or not within_budget(state.iteration, context):
         return update
-
-    return assess_evidence
+    round_no = next_round(state.subqueries)
+    followups = _followups(state, run, evidence, round_no)
+    if not followups:
+        return update
+    run.emit(FollowingUp(subqueries=len(followups)))
+    return {
+        **update,
+        "subqueries": followups,
+        "iteration": state.iteration + 1,
+        "searches": build_tasks(followups, state.source_params, context, state.started_at or 0.0),
+        "next_step": "search",
+    }
 
 
 async def _assess(
-    bindings: Bindings,
-    state: RetrievalState,
-    context: Context,
-    config: RunnableConfig,
-    left: float,
-    writer: StreamWriter,
+    state: RetrievalState, run: Run, left: float
 ) -> tuple[EvidenceAssessment | None, EvidenceActivity]:
-    model = bindings.models.resolve("evidence", context)
+    context = run.context
+    model = run.bindings.models.resolve("evidence", context)
     previous = "; ".join(s.text for s in state.subqueries) or "none"
     prompt = context.evidence_prompt.format(
         today=today(), max_subqueries=context.max_subqueries, previous_queries=previous
     )
     passages, _ = format_passages(state.ranked, EVIDENCE_PASSAGE_CHARS)
     key = f"evidence:{state.iteration}"
-    wall, clock = step_started(writer, "evidence", key)
+    step = run.begin(key, EvidenceActivity)
     result = await structured_call(
         model,
         EvidenceAssessment,
@@ -95,14 +82,14 @@ async def _assess(
             SystemMessage(prompt),
             HumanMessage(f"Question: {state.question}\n\nPassages:\n{passages or '(none found)'}"),
         ],
-        config=config,
+        config=run.config,
         timeout=left,
     )
     value = result.value
     record = EvidenceActivity(
         key=key,
-        started=wall,
-        elapsed_ms=elapsed_ms(clock),
+        started=step.started,
+        elapsed_ms=step.elapsed_ms(),
         usage=result.usage,
         model=result.model,
         error=call_error(result) if value is None else None,
@@ -120,15 +107,11 @@ def _to_evidence(result: EvidenceAssessment | None) -> EvidenceAssessment:
 
 
 def _followups(
-    bindings: Bindings,
-    state: RetrievalState,
-    context: Context,
-    evidence: EvidenceAssessment,
-    round_no: int,
+    state: RetrievalState, run: Run, evidence: EvidenceAssessment, round_no: int
 ) -> list[Subquery]:
     """The next round's subqueries: new texts only, over the sources the first round used."""
-    params = state.source_params
-    allowed = allowed_sources(bindings, context, params)
+    context, params = run.context, state.source_params
+    allowed = allowed_sources(run.bindings, context, params)
     used = {s for q in state.subqueries for s in q.sources}
     sources = tuple(n for n in allowed if n in used) or tuple(allowed)
     always = [n for n in allowed if n in params and params[n].always_query_source]

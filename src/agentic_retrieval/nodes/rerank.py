@@ -18,23 +18,26 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
-from langgraph.runtime import Runtime
-
-from agentic_retrieval.context import Context, applied_threshold, current_context
-from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.context import Context, applied_threshold
+from agentic_retrieval.effort import result_signals
+from agentic_retrieval.graph.events import Reranking
+from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.nodes._shared import (
-    NodeFn,
-    elapsed_ms,
     next_round,
     remaining_seconds,
     results_processing,
     searched_sources,
     searched_text,
-    step_completed,
-    step_started,
+)
+from agentic_retrieval.records import (
+    Drops,
+    ErrorInfo,
+    RankedHit,
+    RerankActivity,
+    RetrievedHit,
+    SourceParams,
 )
 from agentic_retrieval.rerankers.base import (
     Reranker,
@@ -43,18 +46,9 @@ from agentic_retrieval.rerankers.base import (
     clamp_score,
 )
 from agentic_retrieval.rerankers.lexical import LexicalReranker
-from agentic_retrieval.signals import result_signals
-from agentic_retrieval.state import (
-    DropReason,
-    Drops,
-    ErrorInfo,
-    RankedHit,
-    RerankActivity,
-    RetrievalState,
-    RetrievedHit,
-)
+from agentic_retrieval.state import RetrievalState, Update
 from agentic_retrieval.text import SKETCH_SIZE, jaccard, shingles, sketch
-from agentic_retrieval.wire.models import KnowledgeSourceParams
+from agentic_retrieval.vocabulary import DropReason
 
 logger = logging.getLogger(__name__)
 NEAR_DUPLICATE_JACCARD = 0.9
@@ -63,70 +57,70 @@ SKETCH_OVERLAP = SKETCH_SIZE // 2
 the expected overlap is ~15 of 16, so 8 misses almost no true pair."""
 
 
-def make_rerank(bindings: Bindings) -> NodeFn:
-    """Build the node bound to ``bindings``."""
-
-    async def rerank(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Rank all candidates retrieved so far."""
-        if state.failure:
-            return {}  # a failOnError source failed: the request fails, nothing to rank
-        context = current_context(runtime)
-        key = f"rerank:{next_round(state.subqueries) - 1}"
-        wall, clock = step_started(runtime.stream_writer, "rerank", key)
-        unique, queries = unique_candidates(state.hits)
-        params = state.source_params
-        to_score = [h for h in unique if results_processing(h.source, params, context) == "rerank"]
-        to_score = to_score[: context.max_docs_for_reranker]
-        unranked = [h for h in unique if results_processing(h.source, params, context) == "none"]
-        runtime.stream_writer({"event": "reranking", "candidates": len(to_score)})
-        left = remaining_seconds(state.started_at, context)
-        timed_out = False
-        try:
-            scores, error, usage, used = await asyncio.wait_for(
-                _score(bindings.reranker, to_score, queries), max(left, 0.0)
-            )
-        except TimeoutError:
-            # keep what the searches found: rank it lexically rather than lose it
-            timed_out = True
-            scores, _, usage, used = await _score(LexicalReranker(), to_score, queries)
-            error = ErrorInfo.of(
-                "Timeout",
-                f"reranker {bindings.reranker.name} ran out of time; "
-                "candidates were ranked by lexical coverage instead",
-            )
-        calibrated = {
-            (hit.source, hit.doc_key): flag
-            for hit, flag in zip(to_score, calibration_of(used, to_score), strict=True)
-        }
-        selection, drops = select(to_score, scores, params, context, unranked, calibrated)
-        signals = result_signals(
-            selection, searched_text(state), searched_sources(state), context.auto_top_k
+async def rerank(state: RetrievalState, run: Run) -> Update:
+    """Rank all candidates retrieved so far; the run goes on to the round's judge."""
+    if state.failure:  # a failOnError source failed: the request fails, nothing to rank
+        return {"next_step": "respond"}
+    context, reranker = run.context, run.bindings.reranker
+    key = f"rerank:{next_round(state.subqueries) - 1}"
+    step = run.begin(key, RerankActivity)
+    unique, queries = unique_candidates(state.hits)
+    params = state.source_params
+    to_score = [h for h in unique if results_processing(h.source, params, context) == "rerank"]
+    to_score = to_score[: context.max_docs_for_reranker]
+    unranked = [h for h in unique if results_processing(h.source, params, context) == "none"]
+    run.emit(Reranking(candidates=len(to_score)))
+    left = remaining_seconds(state.started_at, context)
+    timed_out = False
+    try:
+        scores, error, usage, used = await asyncio.wait_for(
+            _score(reranker, to_score, queries), max(left, 0.0)
         )
-        record = RerankActivity(
-            key=key,
-            started=wall,
-            elapsed_ms=elapsed_ms(clock),
-            error=error,
-            reranker=bindings.reranker.name,
-            candidate_count=len(to_score),
-            kept_count=len(selection),
-            calibrated_count=sum(calibrated.values()),
-            term_coverage=round(signals.term_coverage, 3) if selection else None,
-            usage=usage,
+    except TimeoutError:
+        # keep what the searches found: rank it lexically rather than lose it
+        timed_out = True
+        scores, _, usage, used = await _score(LexicalReranker(), to_score, queries)
+        error = ErrorInfo.of(
+            "Timeout",
+            f"reranker {reranker.name} ran out of time; "
+            "candidates were ranked by lexical coverage instead",
         )
-        step_completed(runtime.stream_writer, record)
-        update: dict[str, Any] = {"ranked": selection, "drops": drops, "activity_log": [record]}
-        if timed_out:
-            update["timed_out"] = True
-        return update
-
-    return rerank
+    calibrated = {
+        (hit.source, hit.doc_key): flag
+        for hit, flag in zip(to_score, calibration_of(used, to_score), strict=True)
+    }
+    selection, drops = select(to_score, scores, params, context, unranked, calibrated)
+    signals = result_signals(
+        selection, searched_text(state), searched_sources(state), context.auto_top_k
+    )
+    record = RerankActivity(
+        key=key,
+        started=step.started,
+        elapsed_ms=step.elapsed_ms(),
+        error=error,
+        reranker=reranker.name,
+        candidate_count=len(to_score),
+        kept_count=len(selection),
+        calibrated_count=sum(calibrated.values()),
+        term_coverage=round(signals.term_coverage, 3) if selection else None,
+        usage=usage,
+    )
+    run.complete(record)
+    update: Update = {
+        "ranked": selection,
+        "drops": drops,
+        "activity_log": [record],
+        "next_step": state.judge or "synthesize",
+    }
+    if timed_out:
+        update["timed_out"] = True
+    return update
 
 
 def select(
     candidates: Sequence[RetrievedHit],
     scores: dict[tuple[str, str], float],
-    params: dict[str, KnowledgeSourceParams],
+    params: SourceParams,
     context: Context,
     unranked: Sequence[RetrievedHit] = (),
     calibrated: dict[tuple[str, str], bool] | None = None,
@@ -183,7 +177,7 @@ def _interleave(ranked: Sequence[Scored], unranked: Sequence[Scored]) -> list[Sc
 
 def _cap(
     merged: Sequence[Scored],
-    params: dict[str, KnowledgeSourceParams],
+    params: SourceParams,
     context: Context,
     drops: Drops,
 ) -> list[Scored]:

@@ -1,7 +1,7 @@
 """``respond``: assemble the caller's output (response, references, activity).
 
 Adds the run's summary records (reasoning, runtime limit), renders the typed activity and the
-grounded passages in the wire shape (:mod:`agentic_retrieval.wire.render`: ids in start
+grounded passages in the wire shape (each record's own rendering, ids in start
 order, references linked to the search that found them, the per-source
 ``includeReferences`` / ``includeReferenceSourceData`` switches) and appends the reply to the
 conversation.
@@ -12,72 +12,63 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.messages import AIMessage
-from langgraph.runtime import Runtime
-from langgraph.types import StreamWriter
 
-from agentic_retrieval.context import Context, applied_threshold, current_context
+from agentic_retrieval.context import Context, applied_threshold
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import (
-    NodeFn,
-    remaining_seconds,
-    step_completed,
-    step_started,
-    total_usage,
-)
-from agentic_retrieval.sources.base import NEWEST_GA_API_VERSION, CitableKnowledgeSource
-from agentic_retrieval.state import (
+from agentic_retrieval.graph.events import Done
+from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.nodes._output import drop_warning, render_references
+from agentic_retrieval.nodes._shared import remaining_seconds, total_usage
+from agentic_retrieval.records import (
     Activity,
+    AnyActivity,
     Drops,
     ErrorInfo,
     RankedHit,
     ReasoningActivity,
-    RetrievalState,
     RuntimeLimitActivity,
     SearchActivity,
+    render_activity,
 )
-from agentic_retrieval.wire.render import drop_warning, render_activity, render_references
+from agentic_retrieval.sources.base import NEWEST_GA_API_VERSION, CitableKnowledgeSource
+from agentic_retrieval.state import RetrievalState, Update
 
 
-def make_respond(bindings: Bindings) -> NodeFn:
-    """Build the node bound to ``bindings``."""
-
-    async def respond(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Build the output state."""
-        context = current_context(runtime)
-        entries: list[Activity] = list(state.activity_log)
-        timed_out = state.timed_out or remaining_seconds(state.started_at, context) < 0
-        entries += _summary_entries(state, context, timed_out, runtime.stream_writer)
-        grounded = set(state.grounded_ref_ids)
-        records, ids = render_activity(entries, _warnings(state, context, grounded))
-        if not state.needs_retrieval:
-            reply = state.assistant_message
-            # extractiveData callers parse the response as a JSON array: keep it one (the
-            # reply is in the planning record and in messages)
-            text = reply if context.output_mode == "answerSynthesis" else "[]"
-            references: list[dict[str, Any]] = []
-        else:
-            reply = text = state.response or "[]"
-            ranked = [h for h in state.ranked if h.ref_id in grounded]
-            kinds = {name: source.kind for name, source in bindings.sources.items()}
-            urls = _citation_urls(bindings, ranked, context)
-            references = render_references(ranked, ids, state.source_params, kinds, urls)
-        runtime.stream_writer({"event": "done", "references": len(references)})
-        return {
-            "response": text,
-            "references": references,
-            "activity": records,
-            "messages": [AIMessage(content=reply)],
-            "passage_count": len(grounded),
-            "timed_out": timed_out,
-        }
-
-    return respond
+async def respond(state: RetrievalState, run: Run) -> Update:
+    """Build the output state."""
+    context = run.context
+    entries: list[Activity] = list(state.activity_log)
+    timed_out = state.timed_out or remaining_seconds(state.started_at, context) < 0
+    entries += _summary_entries(state, run, timed_out)
+    grounded = set(state.grounded_ref_ids)
+    records, ids = render_activity(entries, _warnings(state, context, grounded))
+    if state.assistant_message:  # the planner found no retrieval needed
+        reply = state.assistant_message
+        # extractiveData callers parse the response as a JSON array: keep it one (the
+        # reply is in the planning record and in messages)
+        text = reply if context.output_mode == "answerSynthesis" else "[]"
+        references: list[dict[str, Any]] = []
+    else:
+        reply = text = state.response or "[]"
+        ranked = [h for h in state.ranked if h.ref_id in grounded]
+        kinds = {name: source.kind for name, source in run.bindings.sources.items()}
+        urls = _citation_urls(run.bindings, ranked, context)
+        references = render_references(ranked, ids, state.source_params, kinds, urls)
+    run.emit(Done(references=len(references)))
+    return {
+        "response": text,
+        "references": references,
+        "activity": records,
+        "messages": [AIMessage(content=reply)],
+        "passage_count": len(grounded),
+        "timed_out": timed_out,
+    }
 
 
 def _warnings(state: RetrievalState, context: Context, grounded: set[int]) -> dict[str, str]:
     """A warning for each search record some of whose documents were dropped, by record key."""
     drops: Drops = {key: dict(reasons) for key, reasons in state.drops.items()}
-    if state.needs_retrieval and not state.failure:
+    if not state.assistant_message and not state.failure:
         for hit in state.ranked:
             if hit.ref_id not in grounded:  # ranked, but over the output size budget
                 reasons = drops.setdefault(hit.activity_key, {})
@@ -115,17 +106,15 @@ def _citation_urls(
     return urls
 
 
-def _summary_entries(
-    state: RetrievalState, context: Context, timed_out: bool, writer: StreamWriter
-) -> list[Activity]:
+def _summary_entries(state: RetrievalState, run: Run, timed_out: bool) -> list[AnyActivity]:
     """The run's closing records (reasoning summary, runtime limit), announced as they start."""
-    entries: list[Activity] = []
+    entries: list[AnyActivity] = []
     if state.planned_by == "model" or state.effort_note or state.requested_effort == "auto":
-        started, _ = step_started(writer, "reasoning", "reasoning")
+        step = run.begin("reasoning", ReasoningActivity)
         entries.append(
             ReasoningActivity(
                 key="reasoning",
-                started=started,
+                started=step.started,
                 effort=state.effort or "minimal",
                 requested=state.requested_effort,
                 usage=total_usage(state.activity_log),
@@ -136,15 +125,15 @@ def _summary_entries(
         )
     if timed_out:
         message = (
-            f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed; "
+            f"maxRuntimeInSeconds ({run.context.max_runtime_seconds:g} s) elapsed; "
             "the response holds what was ready"
         )
-        started, _ = step_started(writer, "runtime_limit", "timeout")
+        step = run.begin("timeout", RuntimeLimitActivity)
         entries.append(
             RuntimeLimitActivity(
-                key="timeout", started=started, error=ErrorInfo.of("Timeout", message)
+                key="timeout", started=step.started, error=ErrorInfo.of("Timeout", message)
             )
         )
     for entry in entries:
-        step_completed(writer, entry)
+        run.complete(entry)
     return entries

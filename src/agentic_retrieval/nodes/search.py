@@ -15,97 +15,86 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
-from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from agentic_retrieval.context import Context, current_context
 from agentic_retrieval.errors import SourceError
-from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.nodes._shared import NodeFn, elapsed_ms, step_completed, step_started
+from agentic_retrieval.graph.events import Searched
+from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.odata import ODataError
-from agentic_retrieval.sources.base import (
-    Hit,
-    KnowledgeSource,
-    PermissionTrimmingKnowledgeSource,
-    SearchQuery,
-)
-from agentic_retrieval.state import (
+from agentic_retrieval.records import (
     ErrorInfo,
     RetrievedHit,
     SearchActivity,
     SearchTask,
     SourceFailure,
 )
+from agentic_retrieval.sources.base import (
+    Hit,
+    KnowledgeSource,
+    PermissionTrimmingKnowledgeSource,
+    SearchQuery,
+)
+from agentic_retrieval.state import Update
 
 logger = logging.getLogger(__name__)
 
 
-def make_search(bindings: Bindings) -> NodeFn:
-    """Build the node bound to ``bindings``."""
-
-    async def search(task: SearchTask, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Run ``task`` and return its hits and activity record."""
-        source = bindings.sources[task.source]
-        key = f"search:{task.subquery.id}:{task.source}"
-        context = current_context(runtime)
-        wall, clock = step_started(
-            runtime.stream_writer, "search", key, source=source.name, source_kind=source.kind
-        )
-        query = SearchQuery(
-            text=task.subquery.text,
-            filter=task.filter,
-            top=task.top,
-            goal=task.subquery.goal,
-            identity=context.identity,
-            enforce_permissions=context.enforce_permissions,
-        )
-        hits, error, deadline_hit = await _run(source, query, task)
-        record = SearchActivity(
-            key=key,
-            started=wall,
-            elapsed_ms=elapsed_ms(clock),
-            error=error,
+async def search(task: SearchTask, run: Run) -> Update:
+    """Run ``task`` and return its hits and activity record."""
+    source = run.bindings.sources[task.source]
+    key = f"search:{task.subquery.id}:{task.source}"
+    step = run.begin(key, SearchActivity, source=source)
+    query = SearchQuery(
+        text=task.subquery.text,
+        filter=task.filter,
+        top=task.top,
+        goal=task.subquery.goal,
+        identity=run.context.identity,
+        enforce_permissions=run.context.enforce_permissions,
+    )
+    hits, error, deadline_hit = await _run(source, query, task)
+    record = SearchActivity(
+        key=key,
+        started=step.started,
+        elapsed_ms=step.elapsed_ms(),
+        error=error,
+        source=source.name,
+        source_kind=source.kind,
+        search=query.text,
+        filter=query.filter,
+        top=query.top,
+        count=len(hits),
+    )
+    run.complete(record)
+    run.emit(
+        Searched(
             source=source.name,
-            source_kind=source.kind,
-            search=query.text,
-            filter=query.filter,
-            top=query.top,
+            query=query.text,
             count=len(hits),
+            elapsed_ms=record.elapsed_ms,
+            error=error.message if error else None,
         )
-        step_completed(runtime.stream_writer, record)
-        runtime.stream_writer(
-            {
-                "event": "searched",
-                "source": source.name,
-                "query": query.text,
-                "count": len(hits),
-                "elapsedMs": record.elapsed_ms,
-                "error": error.message if error else None,
-            }
+    )
+    retrieved = [
+        RetrievedHit(
+            **hit.model_dump(exclude={"source"}),
+            source=source.name,
+            subquery_id=task.subquery.id,
+            query=query.text,
+            activity_key=key,
         )
-        retrieved = [
-            RetrievedHit(
-                **hit.model_dump(exclude={"source"}),
-                source=source.name,
-                subquery_id=task.subquery.id,
-                query=query.text,
-                activity_key=key,
-            )
-            for hit in hits
-        ]
-        update: dict[str, Any] = {"hits": retrieved, "activity_log": [record]}
-        if error:
-            update["partial"] = True
-            if task.fail_on_error:
-                failure = SourceFailure(source=source.name, code=error.code, message=error.message)
-                update["failure"] = failure.model_dump()
-        if deadline_hit:
-            update["timed_out"] = True
-        return update
-
-    return search
+        for hit in hits
+    ]
+    update: Update = {"hits": retrieved, "activity_log": [record]}
+    if error:
+        update["partial"] = True
+        if task.fail_on_error:
+            failure = SourceFailure(source=source.name, code=error.code, message=error.message)
+            update["failure"] = failure.model_dump()
+    if deadline_hit:
+        update["timed_out"] = True
+    return update
 
 
 async def _run(

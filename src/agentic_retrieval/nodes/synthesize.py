@@ -10,74 +10,43 @@ string with an error record.
 
 from __future__ import annotations
 
-from typing import Any
-
 from langchain_core.messages import HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.runtime import Runtime
-from langgraph.types import StreamWriter
 
 from agentic_retrieval import prompts
-from agentic_retrieval.context import Context, current_context
-from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.events import Answering
+from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment, SynthesizedAnswer
-from agentic_retrieval.nodes._shared import (
-    NodeFn,
-    elapsed_ms,
-    remaining_seconds,
-    step_completed,
-    step_started,
-    today,
-    with_instructions,
-)
-from agentic_retrieval.state import AnswerActivity, ErrorInfo, RankedHit, RetrievalState
-from agentic_retrieval.wire.citations import validate_citations
-from agentic_retrieval.wire.grounding import format_passages, grounding_string
+from agentic_retrieval.nodes._output import format_passages, grounding_string
+from agentic_retrieval.nodes._shared import remaining_seconds, today, with_instructions
+from agentic_retrieval.records import AnswerActivity, ErrorInfo, RankedHit
+from agentic_retrieval.state import RetrievalState, Update
+from agentic_retrieval.text.citations import validate_citations
 
 
-def make_synthesize(bindings: Bindings) -> NodeFn:
-    """Build the node bound to ``bindings``."""
-
-    async def synthesize(
-        state: RetrievalState, runtime: Runtime[Context], config: RunnableConfig
-    ) -> dict[str, Any]:
-        """Produce the grounding string or the cited answer."""
-        context = current_context(runtime)
-        ranked = state.ranked
-        text, kept = grounding_string(ranked, context.max_output_size, context.max_output_tokens)
-        extractive = {"response": text, "grounded_ref_ids": [h.ref_id for h in kept]}
-        if context.output_mode == "extractiveData":
-            return extractive
-        question = state.question
-        if not ranked:
-            topic = f": {question}" if question else ""
-            return {
-                "response": prompts.NO_EVIDENCE_ANSWER.format(topic=topic),
-                "grounded_ref_ids": [],
-            }
-        left = remaining_seconds(state.started_at, context)
-        if left <= 0:
-            return {**extractive, "timed_out": True}
-        runtime.stream_writer({"event": "answering", "passages": len(ranked)})
-        return await _answer(
-            bindings, state, context, config, left, extractive, runtime.stream_writer
-        )
-
-    return synthesize
+async def synthesize(state: RetrievalState, run: Run) -> Update:
+    """Produce the grounding string or the cited answer."""
+    context = run.context
+    ranked = state.ranked
+    text, kept = grounding_string(ranked, context.max_output_size, context.max_output_tokens)
+    extractive: Update = {"response": text, "grounded_ref_ids": [h.ref_id for h in kept]}
+    if context.output_mode == "extractiveData":
+        return extractive
+    question = state.question
+    if not ranked:
+        topic = f": {question}" if question else ""
+        return {"response": prompts.NO_EVIDENCE_ANSWER.format(topic=topic), "grounded_ref_ids": []}
+    left = remaining_seconds(state.started_at, context)
+    if left <= 0:
+        return {**extractive, "timed_out": True}
+    run.emit(Answering(passages=len(ranked)))
+    return await _answer(state, run, left, extractive)
 
 
-async def _answer(
-    bindings: Bindings,
-    state: RetrievalState,
-    context: Context,
-    config: RunnableConfig,
-    left: float,
-    extractive: dict[str, Any],
-    writer: StreamWriter,
-) -> dict[str, Any]:
+async def _answer(state: RetrievalState, run: Run, left: float, extractive: Update) -> Update:
     """Ask the answer model for a cited answer; ``extractive`` is the fallback update."""
-    model = bindings.models.resolve("answer", context)
+    context = run.context
+    model = run.bindings.models.resolve("answer", context)
     passages, shown_ids = format_passages(state.ranked, context.max_output_size)
     shown = [h for h in state.ranked if h.ref_id in shown_ids]
     prompt = context.answer_prompt.format(
@@ -86,29 +55,29 @@ async def _answer(
     prompt = with_instructions(
         prompt, prompts.ANSWER_INSTRUCTIONS_SECTION, context.answer_instructions
     )
-    wall, clock = step_started(writer, "answer", "answer")
+    step = run.begin("answer", AnswerActivity)
     result = await structured_call(
         model,
         SynthesizedAnswer,
         [SystemMessage(prompt), HumanMessage(state.question)],
-        config=config,
+        config=run.config,
         timeout=left,
     )
     record = AnswerActivity(
         key="answer",
-        started=wall,
-        elapsed_ms=elapsed_ms(clock),
+        started=step.started,
+        elapsed_ms=step.elapsed_ms(),
         usage=result.usage,
         model=result.model,
     )
     if result.value is None or not result.value.answer.strip():
         error = ErrorInfo.of(result.error_code, result.error or "the answer was empty")
         record = record.model_copy(update={"error": error})
-        step_completed(writer, record)
+        run.complete(record)
         return {**extractive, "activity_log": [record]}
     answer, removed = validate_citations(result.value.answer, _citable(shown, state))
     record = record.model_copy(update={"removed_citations": removed})
-    step_completed(writer, record)
+    run.complete(record)
     return {
         "response": answer,
         "grounded_ref_ids": [h.ref_id for h in shown],

@@ -43,6 +43,7 @@ from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.requests import path_name_error
+from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.wire.events import (
     ERROR,
     RESPONSE_COMPLETED,
@@ -125,7 +126,7 @@ def build_mcp_server(
             Field(description="The conversation so far (alternative to query).", max_length=200),
         ] = None,
         effort: Annotated[
-            Literal["minimal", "low", "medium", "auto"] | None,
+            RequestedEffort | None,
             Field(
                 description="Reasoning effort: minimal (no LLM), low, medium, or auto (starts "
                 "without a model and escalates only when the question or its results call for "
@@ -135,7 +136,7 @@ def build_mcp_server(
             ),
         ] = None,
         output_mode: Annotated[
-            Literal["extractiveData", "answerSynthesis"] | None,
+            OutputMode | None,
             Field(description="extractiveData (grounding chunks) or answerSynthesis (answer)."),
         ] = None,
         filter: Annotated[  # the wire name users know

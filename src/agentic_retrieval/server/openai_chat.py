@@ -24,6 +24,7 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.kb.definitions import MAX_NAME_CHARS
 from agentic_retrieval.server.openai_errors import OpenAIError
+from agentic_retrieval.vocabulary import REQUESTED_EFFORTS
 from agentic_retrieval.wire.models import RetrieveResponse
 from agentic_retrieval.wire.summary import failed_sources, passages_text
 
@@ -32,7 +33,6 @@ EXTENSION = "x_agentic_retrieval"
 activity}`` (plus ``answer`` when the streamed text differs from the checked answer); in a
 request, retrieve-request fields in their wire (camelCase) names."""
 
-EFFORTS = ("minimal", "low", "medium", "auto")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _RESERVED = ("messages", "intents")
 """Request-extension fields the chat request itself sets."""
@@ -141,11 +141,11 @@ def _refuse_what_cannot_be_honoured(chat: ChatCompletionRequest) -> None:
             "tools; leave tool_choice out (or 'auto').",
             param="tool_choice",
         )
-    if chat.reasoning_effort is not None and chat.reasoning_effort not in EFFORTS:
+    if chat.reasoning_effort is not None and chat.reasoning_effort not in REQUESTED_EFFORTS:
         raise OpenAIError(
             400,
             f"reasoning_effort: '{chat.reasoning_effort}' is not supported; use one of "
-            f"{', '.join(EFFORTS)} (the retrieval's effort: minimal uses no model).",
+            f"{', '.join(REQUESTED_EFFORTS)} (the retrieval's effort: minimal uses no model).",
             param="reasoning_effort",
         )
     reserved = [k for k in _RESERVED if k in (chat.extension or {})]

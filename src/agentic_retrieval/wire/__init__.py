@@ -1,1 +1,1 @@
-"""The retrieve API on the wire: request/response models and rendering of graph output."""
+"""The retrieve API on the wire: the request/response models, a request's run, the event stream."""

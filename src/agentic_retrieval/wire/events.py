@@ -19,9 +19,9 @@ Our extensions are off unless asked for (:data:`EXTENSIONS`): ``answer.delta``
 discard the text streamed so far, the model is writing it again), and ``progress``
 ``{step, ...}``, the nodes' own progress notes (``searching``, ``reranking``...).
 
-The nodes write ``activity.started`` / ``activity.completed`` with a record key instead of an
-id (parallel searches cannot agree on numbers); :class:`RetrieveEvents` numbers them as they
-arrive.
+The graph's stream (:mod:`agentic_retrieval.graph.events`) carries ``activity.started`` /
+``activity.completed`` with a record key instead of an id (parallel searches cannot agree on
+numbers); :class:`RetrieveEvents` numbers them as they arrive.
 """
 
 from __future__ import annotations
@@ -34,11 +34,10 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.utils.json import parse_partial_json
 
 from agentic_retrieval.errors import InvalidRequestError
+from agentic_retrieval.graph.events import ACTIVITY_COMPLETED, ACTIVITY_STARTED
 from agentic_retrieval.wire.models import RetrieveResponse
 
 RETRIEVAL_STARTED = "retrieval.started"
-ACTIVITY_STARTED = "activity.started"
-ACTIVITY_COMPLETED = "activity.completed"
 ANSWER_COMPLETED = "answer.completed"
 REFERENCES_COMPLETED = "references.completed"
 RESPONSE_COMPLETED = "response.completed"

@@ -22,9 +22,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-ReasoningEffortKind = Literal["minimal", "low", "medium", "auto"]
-OutputMode = Literal["extractiveData", "answerSynthesis"]
-ResultsProcessing = Literal["rerank", "none"]
+from agentic_retrieval.records import KnowledgeSourceParams
+from agentic_retrieval.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
 
 SUPPORTED_API_VERSIONS = (
     "2026-04-01",
@@ -102,40 +101,7 @@ class SemanticIntent(WireModel):
 class ReasoningEffort(WireModel):
     """``retrievalReasoningEffort``: how much LLM work the retrieval may do."""
 
-    kind: ReasoningEffortKind = "low"
-
-
-class KnowledgeSourceParams(WireModel):
-    """Per-request overrides for one knowledge source (``KnowledgeSourceParams``)."""
-
-    knowledge_source_name: str = Field(min_length=1, max_length=256)
-    kind: str = "searchIndex"
-    filter_add_on: str | None = Field(default=None, max_length=32_000)
-    include_references: bool | None = None
-    include_reference_source_data: bool | None = None
-    always_query_source: bool | None = None
-    reranker_threshold: float | None = Field(default=None, ge=0.0, le=4.0)
-    # 2026-05-01-preview / 2026-08-01-preview per-source controls (README: "Per-source controls")
-    never_query_source: bool | None = None
-    """Leave this source out of this request (cannot be combined with ``alwaysQuerySource``)."""
-    results_processing: ResultsProcessing | None = None
-    """``rerank`` (default) or ``none``: keep the source's own order, no reranker, no threshold."""
-    fail_on_error: bool | None = None
-    """When this source fails, the whole request fails with its error instead of a 206."""
-    max_output_documents: int | None = Field(default=None, ge=1, le=1000)
-    """Most of this source's documents in the response."""
-    enable_image_serving: bool | None = None
-    """Accepted for 2026-05-01-preview clients; this service serves no images."""
-    query_hint_overrides: dict[str, Any] | None = None
-    """Accepted for 2026-08-01-preview clients; query hints are not applied by this service."""
-    # Web-source parameters the SDK defines (WebKnowledgeSourceParams): accepted so SDK
-    # requests validate, unused by the sources this library ships.
-    language: str | None = None
-    market: str | None = None
-    count: int | None = Field(default=None, ge=1, le=1000)
-    freshness: str | None = None
-    # 2025-05-01-preview (targetIndexParams): most candidates sent to the reranker
-    max_docs_for_reranker: int | None = Field(default=None, ge=1, le=1000)
+    kind: RequestedEffort = "low"
 
 
 class RetrieveRequest(WireModel):
@@ -194,7 +160,7 @@ class RetrieveRequest(WireModel):
         return self
 
     @property
-    def effort(self) -> ReasoningEffortKind | None:
+    def effort(self) -> RequestedEffort | None:
         """The requested reasoning effort kind, if any."""
         effort = self.retrieval_reasoning_effort
         return effort.kind if effort else None

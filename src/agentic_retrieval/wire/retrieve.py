@@ -22,6 +22,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import ValidationError
 
 from agentic_retrieval.context import Context
+from agentic_retrieval.effort import EffortChoice, choose_effort, planner_for
 from agentic_retrieval.errors import (
     InvalidRequestError,
     KnowledgeSourceFailedError,
@@ -31,7 +32,7 @@ from agentic_retrieval.errors import (
     UnknownKnowledgeSourceError,
 )
 from agentic_retrieval.graph.bindings import Bindings, allowed_sources
-from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, Role
+from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR
 from agentic_retrieval.odata import (
     FieldSchema,
     ODataError,
@@ -44,7 +45,8 @@ from agentic_retrieval.sources.base import (
     KnowledgeSource,
     TypedFilterableKnowledgeSource,
 )
-from agentic_retrieval.state import EffortChoice, InputState, choose_effort, planner_for
+from agentic_retrieval.state import InputState
+from agentic_retrieval.vocabulary import ModelRole
 from agentic_retrieval.wire.models import (
     ActivityRecord,
     MessageContent,
@@ -211,7 +213,7 @@ def known_fields(sources: Mapping[str, KnowledgeSource]) -> FieldSchema:
 
 def _model_needs(
     request: RetrieveRequest, context: Context, bindings: Bindings
-) -> list[tuple[str, str, Role]]:
+) -> list[tuple[str, str, ModelRole]]:
     """What in a run of ``request`` calls a chat model: ``(setting, value, role)`` triples.
 
     The effort is decided as the graph decides it (:func:`choose_effort`): left unset it
@@ -220,7 +222,7 @@ def _model_needs(
     """
     has_intents = bool(request.intents)
     choice = effort_choice(request, context, bindings)
-    needs: list[tuple[str, str, Role]] = []
+    needs: list[tuple[str, str, ModelRole]] = []
     if planner_for(has_intents, choice.effort) == "model":
         needs.append(("effort", choice.effort, "planning"))
         if choice.effort == "medium":
