@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.kb.definitions import parse_index
 from agentic_retrieval.kb.index_documents import IndexDocuments, SearchParameters
 from agentic_retrieval.permissions import ELEVATED
@@ -59,3 +60,62 @@ def test_a_search_reads_each_document_it_returns_once(documents, monkeypatch):
         "tags": None,
     }
     assert sorted(reads) == ["d1", "d2", "d3"]
+
+
+LONG_INDEX = {
+    "name": "long",
+    "fields": [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "body", "type": "Edm.String", "filterable": False},
+        {"name": "summary", "type": "Edm.String"},
+        {"name": "tags", "type": "Collection(Edm.String)"},
+        {"name": "words", "type": "Collection(Edm.String)", "filterable": False},
+    ],
+}
+
+
+@pytest.fixture
+def long_index(tmp_path):
+    store = LocalStore(tmp_path / "long.sqlite", create=True)
+    yield IndexDocuments(parse_index(LONG_INDEX), DocumentStore(store))
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("document", "where", "words"),
+    [
+        ({"summary": "é" * 16_384}, "value[1].summary", ["32768 bytes", "at most 32766"]),
+        ({"tags": ["ok", "x" * 40_000]}, "value[1].tags[1]", ["40000 bytes", '"filterable"']),
+        ({"tags": ["t"] * 3_001}, "value[1].tags", ["3001 values", "at most 3000"]),
+        ({"words": ["w"] * 200_000}, "value[1].words", ["200000 values"]),
+    ],
+)
+def test_values_beyond_azures_bounds_are_refused_naming_the_field(
+    long_index, document, where, words
+):
+    batch = [{"id": "fine", "summary": "short"}, {"id": "big", **document}]
+    with pytest.raises(InvalidRequestError) as refused:
+        long_index.validate_batch(batch)
+    message = str(refused.value)
+    assert message.startswith(where + ":")
+    assert all(word in message for word in words), message
+    assert long_index.count() == 0  # the batch changed nothing
+
+
+def test_values_within_the_bounds_are_accepted(long_index):
+    batch = long_index.validate_batch(
+        [
+            {
+                "id": "edge",
+                "body": "tram " * 400_000,  # long text: searchable, not filterable
+                "summary": "é" * 16_383,  # 32,766 bytes
+                "tags": [f"t{n}" for n in range(3_000)],
+                "words": ["w" * 40_000],
+            }
+        ]
+    )
+    assert [r.status_code for r in long_index.apply(batch)] == [201]
+    found = long_index.search(
+        SearchParameters(search="tram", filter="tags/any(t: t eq 't2999')"), access=ELEVATED
+    )
+    assert [hit["id"] for hit in found["value"]] == ["edge"]

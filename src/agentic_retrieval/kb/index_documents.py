@@ -2,15 +2,17 @@
 
 - :meth:`IndexDocuments.apply`: a ``docs/index`` batch (``upload``, ``merge``,
   ``mergeOrUpload``, ``delete``). The whole batch is validated first (shape, key present,
-  known fields, value types): a bad batch is a 400 and changes nothing. Then each action is
+  known fields, value types, and Azure's bounds: a filterable string value of at most
+  :data:`MAX_FILTERABLE_BYTES`, a collection of at most :data:`MAX_COLLECTION_ITEMS` values):
+  a bad batch is a 400 naming the document and field, and changes nothing. Then each action is
   applied on its own, all-or-nothing per document, with a per-document status (201 created,
   200 updated or deleted, 404 merge of a missing document, 400 an invalid key).
 - :meth:`IndexDocuments.lookup`, :meth:`count` and :meth:`search` (``search``, ``filter``,
   ``top``, ``skip``, ``select``, ``count``, a raw ``vector`` query).
 
 A document's text is its searchable fields (the semantic configuration's title field as the
-title, the other searchable fields as the content); its filterable fields become the chunk
-metadata that OData filters read.
+title, the other searchable fields as the content); its filterable fields are stored once
+with the document (not with each chunk) and are what OData filters read.
 
 Permissions: the fields an index marks ``permissionFilter: userIds`` / ``groupIds`` hold the
 ids allowed to see a document (``["all"]``: everyone; missing or empty: nobody, as in
@@ -43,6 +45,16 @@ from agentic_retrieval.sources.local.loaders import Section
 
 MAX_BATCH_ACTIONS = 1000
 """Most actions in one ``docs/index`` request (Azure's limit)."""
+MAX_FILTERABLE_BYTES = 32_766
+"""Longest value (UTF-8 bytes) of a filterable string, or of one element of a filterable
+string collection: Azure indexes such a value as one term and refuses longer ones (its
+error: "the max length for UTF-8 encoded terms is 32766 bytes"). Long text belongs in a
+searchable field that is not filterable, which has no such limit."""
+MAX_COLLECTION_ITEMS = 3_000
+"""Most values in one collection field of one document. Azure documents 3,000 as its bound on
+the elements of a document's complex collections (``maxComplexObjectsInCollectionsPerDocument``)
+and bounds simple collections only by the 16 MB request; here every collection is bounded
+by the same 3,000, so a filter over a collection costs at most that per document."""
 DEFAULT_PAGE = 50
 """Results per page when a search does not set ``top`` (Azure's default)."""
 MAX_TOP = 1000
@@ -389,9 +401,35 @@ def _coerce(spec: IndexField, value: Any, where: str) -> Any:
     if spec.type.startswith("Collection("):
         if not isinstance(value, list):
             raise InvalidRequestError(f"{where}: {spec.type} takes a JSON array")
+        if len(value) > MAX_COLLECTION_ITEMS:
+            raise InvalidRequestError(
+                f"{where}: {len(value)} values; a collection field holds at most "
+                f"{MAX_COLLECTION_ITEMS} per document"
+            )
         element = spec.type[len("Collection(") : -1]
-        return [_coerce_simple(element, item, f"{where}[{n}]") for n, item in enumerate(value)]
-    return _coerce_simple(spec.type, value, where)
+        items = [_coerce_simple(element, item, f"{where}[{n}]") for n, item in enumerate(value)]
+        if spec.is_filterable:
+            for n, item in enumerate(items):
+                _check_term(item, f"{where}[{n}]")
+        return items
+    coerced = _coerce_simple(spec.type, value, where)
+    if spec.is_filterable:
+        _check_term(coerced, where)
+    return coerced
+
+
+def _check_term(value: Any, where: str) -> None:
+    """Refuse a filterable string longer than :data:`MAX_FILTERABLE_BYTES` (UTF-8)."""
+    if not isinstance(value, str) or len(value) <= MAX_FILTERABLE_BYTES // 4:
+        return  # at most 4 bytes per character: surely within the limit
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_FILTERABLE_BYTES:
+        raise InvalidRequestError(
+            f"{where}: {size} bytes in one value of a filterable field; at most "
+            f"{MAX_FILTERABLE_BYTES} are allowed (Azure's limit for one filterable term). "
+            'To index long text, make the field searchable and not filterable ("filterable": '
+            "false), or shorten the value"
+        )
 
 
 def _coerce_simple(edm_type: str, value: Any, where: str) -> Any:

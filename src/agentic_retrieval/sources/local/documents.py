@@ -83,7 +83,7 @@ class DocumentStore:
             title: The title every chunk carries.
             sections: The unit's text; an empty text still gets one (empty) chunk, so the
                 unit is found by filters and browsing.
-            fields: Filterable metadata on every chunk.
+            fields: Filterable metadata of every chunk (stored once for the unit).
             vector: One vector for every chunk (hybrid search), if any.
             permissions: Who may see the unit (``None``: unmarked, or the permissions it
                 already had).
@@ -97,7 +97,9 @@ class DocumentStore:
         path = RECORD_PREFIX + key
         state = FileState(path, path, digest, digest, 0.0, len(body), len(chunks))
         vectors = [list(vector)] * len(chunks) if vector is not None else None
-        self.store.replace_file(state, json.loads(body), chunks, vectors, permissions)
+        self.store.replace_file(
+            state, json.loads(body), chunks, vectors, permissions, fields=fields
+        )
         return len(chunks)
 
     def permissions(self, key: str) -> Permissions | None:
@@ -178,10 +180,11 @@ class DocumentStore:
     ) -> list[ChunkRecord]:
         records: list[ChunkRecord] = []
         for section in sections:
+            # only what differs per chunk is stored per chunk: ``fields`` are stored once
+            own = (
+                {"page": section.page} if section.page is not None and "page" not in fields else {}
+            )
             for text in chunk_text(section.text, self.chunk_size, self.overlap):
-                chunk_fields = dict(fields)
-                if section.page is not None:
-                    chunk_fields.setdefault("page", section.page)
                 records.append(
                     ChunkRecord(
                         f"{key}{CHUNK_SEPARATOR}{len(records)}",
@@ -189,11 +192,11 @@ class DocumentStore:
                         title,
                         text,
                         section.page,
-                        chunk_fields,
+                        own,
                     )
                 )
         if not records:
-            records.append(ChunkRecord(f"{key}{CHUNK_SEPARATOR}0", 0, title, "", None, fields))
+            records.append(ChunkRecord(f"{key}{CHUNK_SEPARATOR}0", 0, title, "", None, {}))
         return records
 
 

@@ -8,7 +8,10 @@ Tables:
   are ``record:<id>`` (no file path or file slug contains ``:``) and whose metadata holds
   the records file it came from (``origin``), if any;
 - ``chunks``: one row per chunk (id, file, ordinal, title, content, page, metadata JSON with
-  every filterable field, optional float32 vector);
+  the filterable fields of this chunk alone (its number, its page), optional float32 vector);
+  the fields every chunk of a file shares live once in ``files.fields``, so storage stays
+  linear in a document's size however many chunks it has (``document_fields`` and ``fields``
+  name the fields found at each level);
 - ``chunks_fts``: an FTS5 index over ``title`` and ``content`` (external content, kept in sync
   by triggers), ranked by ``bm25`` with the title weighted 3x;
 - ``meta``: a ``generation`` counter bumped by every write, so readers know when their
@@ -130,8 +133,9 @@ INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
 
-SCHEMA_VERSION = 2
-"""Version 2 added permissions (``files.access`` and ``file_principals``)."""
+SCHEMA_VERSION = 3
+"""Version 2 added permissions (``files.access`` and ``file_principals``), version 3 the
+fields shared by a file's chunks (``files.fields``, ``document_fields``)."""
 _PERMISSIONS_SCHEMA = """
 ALTER TABLE files ADD COLUMN access TEXT;
 CREATE TABLE IF NOT EXISTS file_principals (
@@ -144,6 +148,18 @@ CREATE INDEX IF NOT EXISTS files_by_access ON files(access);
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
 """
+_DOCUMENT_FIELDS_SCHEMA = """
+ALTER TABLE files ADD COLUMN fields TEXT NOT NULL DEFAULT '{}';
+CREATE TABLE IF NOT EXISTS document_fields (
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    PRIMARY KEY (name, kind)
+) WITHOUT ROWID;
+UPDATE meta SET value = '3' WHERE key = 'schema_version';
+UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+"""
+_MIGRATIONS = ((2, "access", _PERMISSIONS_SCHEMA), (3, "fields", _DOCUMENT_FIELDS_SCHEMA))
+"""(version reached, the ``files`` column it adds, its statements), oldest first."""
 PUBLIC = "public"
 RESTRICTED = "restricted"
 
@@ -231,9 +247,19 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"metadata value of type {type(value).__name__} is not JSON serialisable")
 
 
-def metadata_column(path: str) -> str:
-    """Map an OData field path (already validated as ``ident(/ident)*``) to SQL."""
-    return "json_extract(c.metadata, '$." + path.replace("/", ".") + "')"
+def metadata_column(path: str, level: str = "chunk") -> str:
+    """Map an OData field path (already validated as ``ident(/ident)*``) to SQL.
+
+    ``level`` says where the field is stored: ``chunk`` (the chunk's ``c.metadata``),
+    ``document`` (the shared ``f.fields`` of its file) or ``both`` (the chunk's value when
+    it has one).
+    """
+    json_path = "'$." + path.replace("/", ".") + "'"
+    chunk, document = (
+        f"json_extract(c.metadata, {json_path})",
+        f"json_extract(f.fields, {json_path})",
+    )
+    return {"chunk": chunk, "document": document}.get(level, f"coalesce({chunk}, {document})")
 
 
 def fts_segment(text: str | None) -> str | None:
@@ -528,18 +554,20 @@ class LocalStore:
 
         Stores from before permissions existed open as they were: their documents are
         unmarked, hence hidden wherever permissions are enforced (fail closed) and visible
-        elsewhere, as before. Safe when several processes open one old store at once: the
-        check and the change run in one write transaction.
+        elsewhere, as before. Stores from before ``files.fields`` keep every field in their
+        chunks' metadata, where filters keep finding them. Safe when several processes open
+        one old store at once: each check and change runs in one write transaction.
         """
         if self._schema_version() >= SCHEMA_VERSION:
             return
-        with self._write() as conn:
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(files)")}
-            if "access" in columns:  # another process migrated it meanwhile
-                return
-            for statement in _PERMISSIONS_SCHEMA.strip().split(";\n"):
-                conn.execute(statement)
-        logger.info("migrated %s to schema version %d (permissions)", self.path, SCHEMA_VERSION)
+        for version, column, statements in _MIGRATIONS:
+            with self._write() as conn:
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(files)")}
+                if column in columns:  # done before, or by another process meanwhile
+                    continue
+                for statement in statements.strip().split(";\n"):
+                    conn.execute(statement)
+            logger.info("migrated %s to schema version %d", self.path, version)
 
     def _schema_version(self) -> int:
         row = (
@@ -722,7 +750,10 @@ class LocalStore:
         holding it is deleted.
         """
         kinds: dict[str, set[str]] = {}
-        for name, kind in self._connection().execute("SELECT name, kind FROM fields"):
+        rows = self._connection().execute(
+            "SELECT name, kind FROM fields UNION SELECT name, kind FROM document_fields"
+        )
+        for name, kind in rows:
             kinds.setdefault(str(name), set()).add(str(kind))
         return {name: frozenset(found) for name, found in kinds.items()}
 
@@ -746,17 +777,23 @@ class LocalStore:
         chunks: Sequence[ChunkRecord],
         vectors: Sequence[Sequence[float]] | None = None,
         permissions: Permissions | None = None,
+        *,
+        fields: Mapping[str, Any] | None = None,
     ) -> None:
         """Replace everything indexed for ``state.path`` in one transaction.
 
         Args:
             state: The file's new bookkeeping row (its ``chunk_count`` is ignored).
             metadata: The user metadata given at ingest time (stored for reference).
-            chunks: The file's chunks, in order.
+            chunks: The file's chunks, in order; each one's ``metadata`` holds the fields
+                of that chunk alone.
             vectors: One vector per chunk, or ``None`` for a lexical-only index.
             permissions: Who may see the file. ``None`` keeps the permissions it had (a
                 re-index that does not mention permissions never widens access); a new
                 file without any is unmarked.
+            fields: Filterable fields every chunk of the file shares, stored once (a
+                chunk's own field of the same name wins). Searches and filters see each
+                chunk with both.
 
         Raises:
             StoreError: When the vectors' dimension differs from the index's.
@@ -764,13 +801,15 @@ class LocalStore:
         """
         blobs = self._vector_blobs(vectors, len(chunks))
         meta_json = json.dumps(dict(metadata), default=json_default, sort_keys=True)
+        fields_json = json.dumps(dict(fields or {}), default=json_default, sort_keys=True)
         with self._write() as conn:
             if permissions is None:
                 permissions = _read_permissions(conn, state.path)
             self._delete_file_rows(conn, state.path)
             cursor = conn.execute(
                 "INSERT INTO files(path, slug, content_hash, fingerprint, mtime, size, metadata, "
-                "chunk_count, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, datetime('now'))",
+                "fields, chunk_count, indexed_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, datetime('now'))",
                 (
                     state.path,
                     state.slug,
@@ -779,6 +818,7 @@ class LocalStore:
                     state.mtime,
                     state.size,
                     meta_json,
+                    fields_json,
                     len(chunks),
                 ),
             )
@@ -803,6 +843,11 @@ class LocalStore:
             conn.execute(
                 f"INSERT OR IGNORE INTO fields(name, kind) {_FIELDS_OF_CHUNKS} WHERE c.file_id = ?",
                 (file_id,),
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO document_fields(name, kind) "
+                "SELECT key, type FROM json_each(?)",
+                (fields_json,),
             )
             if vectors:
                 conn.execute(
@@ -1009,14 +1054,52 @@ class LocalStore:
         """
         conditions, params = [], []
         if filter_expr is not None:
-            sql, values = to_sql(filter_expr, metadata_column)
-            conditions.append(f"({sql})")
+            sql, values = self._filter_sql(filter_expr)
+            conditions.append(sql)
             params += values
         allowed, principals = self._permission_sql(access)
         if allowed:
             conditions.append(allowed)
             params += principals
         return " AND ".join(conditions) or "1", params
+
+    def _filter_sql(self, filter_expr: Expr) -> tuple[str, list[Any]]:
+        """A filter as a condition on ``c``, reading each field where it is stored.
+
+        A filter on fields its files share only (``files.fields``) is evaluated once per
+        file, not once per chunk: a long document's many chunks never re-read its fields.
+        """
+        chunk_level, document_level = self._field_levels()
+        levels: set[str] = set()
+
+        def column(path: str) -> str:
+            head = path.split("/")[0]
+            shared, own = head in document_level, head in chunk_level or head not in document_level
+            level = "both" if shared and own else "document" if shared else "chunk"
+            levels.update(("chunk", "document") if level == "both" else (level,))
+            return metadata_column(path, level)
+
+        sql, values = to_sql(filter_expr, column)
+        if "document" not in levels:
+            return f"({sql})", values
+        if "chunk" not in levels:  # an uncorrelated subquery: SQLite runs it once
+            return f"(c.file_id IN (SELECT f.id FROM files f WHERE {sql}))", values
+        return f"(EXISTS (SELECT 1 FROM files f WHERE f.id = c.file_id AND ({sql})))", values
+
+    def _field_levels(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Names of the fields stored per chunk and per file (cached per write generation)."""
+        generation = (self._health.epoch, self.generation())
+        cached = getattr(self._local, "levels", None)
+        if cached is None or cached[0] != generation:
+            conn = self._connection()
+            chunk = frozenset(r[0] for r in conn.execute("SELECT DISTINCT name FROM fields"))
+            document = frozenset(
+                r[0] for r in conn.execute("SELECT DISTINCT name FROM document_fields")
+            )
+            cached = (generation, (chunk, document))
+            self._local.levels = cached
+        levels: tuple[frozenset[str], frozenset[str]] = cached[1]
+        return levels
 
     def _permission_sql(self, access: Access) -> tuple[str | None, list[str]]:
         """The permission condition for ``access`` (``None``: every chunk is visible).
@@ -1212,26 +1295,35 @@ class LocalStore:
     ) -> list[StoredHit]:
         if not ranked:
             return []
+        conn = self._connection()
         marks = ",".join("?" for _ in ranked)
-        rows = (
-            self._connection()
-            .execute(
-                "SELECT rid, id, title, content, page, metadata FROM chunks "
-                f"WHERE rid IN ({marks})",
-                [rid for rid, _ in ranked],
-            )
-            .fetchall()
-        )
+        rows = conn.execute(
+            "SELECT rid, id, title, content, page, metadata, file_id FROM chunks "
+            f"WHERE rid IN ({marks})",
+            [rid for rid, _ in ranked],
+        ).fetchall()
         by_rid = {row[0]: row for row in rows}
+        shared = self._shared_fields(conn, {row[6] for row in rows})
         hits = []
         for rid, score in ranked:
             row = by_rid.get(rid)
             if row is not None:  # deleted between ranking and fetching
                 similarity = (similarities or {}).get(rid)
-                hits.append(
-                    StoredHit(row[1], row[2], row[3], row[4], json.loads(row[5]), score, similarity)
-                )
+                metadata = {**shared.get(row[6], {}), **json.loads(row[5])}
+                hits.append(StoredHit(row[1], row[2], row[3], row[4], metadata, score, similarity))
         return hits
+
+    @staticmethod
+    def _shared_fields(conn: sqlite3.Connection, file_ids: set[int]) -> dict[int, dict[str, Any]]:
+        """The fields each file's chunks share, read and parsed once per file."""
+        if not file_ids:
+            return {}
+        marks = ",".join("?" for _ in file_ids)
+        rows = conn.execute(
+            f"SELECT id, fields FROM files WHERE id IN ({marks}) AND fields != '{{}}'",
+            list(file_ids),
+        )
+        return {int(file_id): json.loads(fields) for file_id, fields in rows}
 
 
 def reciprocal_rank_fusion(
