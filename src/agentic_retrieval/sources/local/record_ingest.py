@@ -1,8 +1,10 @@
 """Index records into a :class:`LocalStore`, incrementally by record id and content hash.
 
-Each record is chunked like a file's text (title on every chunk) and written in its own
-transaction, replacing what was indexed under the same id; a record whose content, ingest
-metadata and chunking settings are unchanged is skipped. Chunk ids are ``<record id>#<n>``
+Each record is chunked like a file's text (title on every chunk) and written all-or-nothing
+(a savepoint of the batch it is committed with, see
+:class:`~agentic_retrieval.sources.local.ingest.BatchWriter`), replacing what was indexed
+under the same id; a record whose content, ingest metadata and chunking settings are
+unchanged is skipped. Chunk ids are ``<record id>#<n>``
 (file chunk ids never contain ``#``), and every chunk carries ``record_id``, ``title`` and
 ``chunk`` next to the record's own fields, all filterable with OData.
 
@@ -21,7 +23,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,6 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval.errors import StoreError
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.chunking import (
     DEFAULT_CHUNK_SIZE,
@@ -38,10 +39,12 @@ from agentic_retrieval.sources.local.chunking import (
     chunk_text,
 )
 from agentic_retrieval.sources.local.ingest import (
+    BatchWriter,
     FileFailure,
     IndexProgress,
     IndexReport,
     ProgressCallback,
+    pending_size,
     validate_metadata,
 )
 from agentic_retrieval.sources.local.records import (
@@ -151,12 +154,13 @@ def delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
 def _delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
     started = time.perf_counter()
     report = IndexReport()
-    for identifier in dict.fromkeys(str(i) for i in ids):
-        if store.file_state(RECORD_PREFIX + identifier) is None:
-            report.failed.append(FileFailure(identifier, "no record with this id"))
-            continue
-        report.chunks_deleted += store.delete_file(RECORD_PREFIX + identifier)
-        report.deleted.append(identifier)
+    with store.transaction():  # one commit for them all
+        for identifier in dict.fromkeys(str(i) for i in ids):
+            if store.file_state(RECORD_PREFIX + identifier) is None:
+                report.failed.append(FileFailure(identifier, "no record with this id"))
+                continue
+            report.chunks_deleted += store.delete_file(RECORD_PREFIX + identifier)
+            report.deleted.append(identifier)
     report.total_chunks = store.count_chunks()
     report.elapsed_seconds = time.perf_counter() - started
     return report
@@ -200,16 +204,18 @@ class _Indexer:
         report = IndexReport()
         seen: set[str] = set()
         batch: list[_Prepared] = []
+        writes = BatchWriter(self.store, report)
         for done, (where, item) in enumerate(items, start=1):
             status, prepared = self._prepare(where, item, origin, seen, report)
             if prepared is not None:
                 batch.append(prepared)
                 if len(batch) >= EMBED_BATCH:
-                    self._write(batch, report)
+                    self._queue(batch, writes, report)
                     batch = []
             if progress is not None:
                 progress(IndexProgress(done, len(items), where, status))
-        self._write(batch, report)
+        self._queue(batch, writes, report)
+        writes.flush()
         if origin is not None:
             self._drop_stale(origin, seen, report)
         report.total_chunks = self.store.count_chunks()
@@ -227,9 +233,10 @@ class _Indexer:
         if report.failed:
             report.kept.extend(stale)
             return
-        for key in stale:
-            report.chunks_deleted += self.store.delete_file(RECORD_PREFIX + key)
-            report.deleted.append(key)
+        with self.store.transaction():
+            for key in stale:
+                report.chunks_deleted += self.store.delete_file(RECORD_PREFIX + key)
+                report.deleted.append(key)
 
     def _prepare(
         self,
@@ -269,23 +276,22 @@ class _Indexer:
         texts = chunk_text(body, self.chunk_size, self.overlap) or [record.text]
         return [
             ChunkRecord(
-                f"{record.id}#{ordinal}",
-                ordinal,
-                record.title,
-                text,
-                None,
-                {
-                    **self.metadata,
-                    **record.metadata,
-                    "record_id": record.id,
-                    "title": record.title,
-                    "chunk": ordinal,
-                },
+                f"{record.id}#{ordinal}", ordinal, record.title, text, None, {"chunk": ordinal}
             )
             for ordinal, text in enumerate(texts)
         ]
 
-    def _write(self, batch: list[_Prepared], report: IndexReport) -> None:
+    def _shared_fields(self, record: Record) -> dict[str, Any]:
+        """The fields every chunk of the record has (stored once, see ``replace_file``)."""
+        return {
+            **self.metadata,
+            **record.metadata,
+            "record_id": record.id,
+            "title": record.title,
+        }
+
+    def _queue(self, batch: list[_Prepared], writes: BatchWriter, report: IndexReport) -> None:
+        """Embed a batch's chunks in one call; queue each record's write (see BatchWriter)."""
         if not batch:
             return
         vectors = self._embed([c for item in batch for c in item.chunks])
@@ -294,14 +300,26 @@ class _Indexer:
             count = len(item.chunks)
             mine = vectors[offset : offset + count] if vectors is not None else None
             offset += count
-            stored = {"origin": item.origin} if item.origin is not None else {}
-            try:
-                self.store.replace_file(item.state, stored, item.chunks, mine, item.permissions)
-            except StoreError as exc:
-                self._fail(report, item.record.id, str(exc))
-                continue
+            writes.add(
+                item.record.id, self._writer(item, mine, report), pending_size(item.chunks, mine)
+            )
+
+    def _writer(
+        self, item: _Prepared, vectors: list[list[float]] | None, report: IndexReport
+    ) -> Callable[[], None]:
+        def write() -> None:
+            self.store.replace_file(
+                item.state,
+                {"origin": item.origin} if item.origin is not None else {},
+                item.chunks,
+                vectors,
+                item.permissions,
+                fields=self._shared_fields(item.record),
+            )
             report.indexed.append(item.record.id)
-            report.chunks_written += count
+            report.chunks_written += len(item.chunks)
+
+        return write
 
     def _embed(self, chunks: list[ChunkRecord]) -> list[list[float]] | None:
         if self.embeddings is None:
