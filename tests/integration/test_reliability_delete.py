@@ -91,6 +91,8 @@ READS: list[Callable[[httpx.Client], httpx.Response]] = [
         json={"intents": [{"type": "semantic", "search": "harbour tram"}], **MINIMAL},
     ),
     lambda http: http.get("/knowledgesources('fs')/files"),
+    lambda http: http.get("/knowledgesources('fs')/status"),
+    lambda http: http.get("/indexes('solo')/stats"),
 ]
 
 

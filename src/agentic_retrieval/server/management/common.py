@@ -220,8 +220,10 @@ def store_is_gone(management: Management, kind: DefinitionKind, name: str, exc: 
     if management.service is None:
         return False
     current = management.service.get(kind, name)
-    if current is None or current.store is None:
+    if current is None:
         return True
+    if current.store is None:  # a searchIndex source: its index cannot go while it exists
+        return False
     named = management.service.path / STORES_DIR / current.store
     if isinstance(exc, sqlite3.Error):  # on a store still defined: a real failure
         return False

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from agentic_retrieval.errors import StoreUnavailableError
 from agentic_retrieval.kb.definitions import IndexDefinition
 from agentic_retrieval.kb.management import delete_index, put_index
 from agentic_retrieval.kb.service import StoredDefinition
@@ -20,8 +21,9 @@ from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
-    in_thread,
+    in_store_thread,
     list_body,
+    not_found,
     page,
 )
 from agentic_retrieval.server.management.definitions import (
@@ -47,7 +49,8 @@ def add_index_routes(app: FastAPI, management: Management) -> None:
     async def statistics(name: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "admin")
         stored = routes.stored(management, name)
-        return JSONResponse(await in_thread(_statistics, management, stored))
+        body = await in_store_thread(management, "index", name, _statistics, management, stored)
+        return JSONResponse(body)
 
     add_routes(app, "/indexes", list_indexes, ["GET"])
     add_routes(app, "/indexes/{name}/search.stats", statistics, ["GET"])
@@ -75,13 +78,26 @@ def _project(body: dict[str, Any], select: list[str] | None) -> dict[str, Any]:
 
 
 def _statistics(management: Management, stored: StoredDefinition) -> dict[str, Any]:
-    service, catalog = management.require_service()
+    """The index's counts and sizes.
+
+    Raises:
+        ResourceNotFoundError: The index was deleted meanwhile.
+        StoreUnavailableError: Its file is gone (deleted meanwhile by another worker).
+    """
+    _, catalog = management.require_service()
     documents = catalog.index_documents(stored.name)
-    count = documents.count() if documents is not None else 0
-    store = service.store(stored)
-    vector = documents.index.vector_field if documents is not None else None
+    if documents is None:
+        raise not_found("index", stored.name)
+    store = documents.documents.store
+    with store.lease():
+        count = documents.count()
+        try:
+            size = store.path.stat().st_size
+        except FileNotFoundError:
+            raise StoreUnavailableError(store.path, "its index file is missing") from None
+    vector = documents.index.vector_field
     return {
         "documentCount": count,
-        "storageSize": store.path.stat().st_size if store.path.exists() else 0,
+        "storageSize": size,
         "vectorIndexSize": count * (vector.dimensions or 0) * 4 if vector is not None else 0,
     }

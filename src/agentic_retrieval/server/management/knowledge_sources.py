@@ -19,7 +19,7 @@ from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
     check_request,
-    in_thread,
+    in_store_thread,
     list_body,
     page,
 )
@@ -49,7 +49,10 @@ def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
     async def status(name: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "admin")
         stored = routes.stored(management, name)
-        return JSONResponse(await in_thread(_status, management, stored))
+        body = await in_store_thread(
+            management, "knowledgeSource", name, _status, management, stored
+        )
+        return JSONResponse(body)
 
     add_routes(app, "/knowledgesources", list_sources, ["GET"])
     add_routes(app, "/knowledgesources/{name}/status", status, ["GET"])
