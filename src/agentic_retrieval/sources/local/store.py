@@ -1408,7 +1408,10 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             _rollback(conn)
             raise
     finally:
-        conn.execute(f"PRAGMA cache_size={int(cache)}")
+        try:
+            conn.execute(f"PRAGMA cache_size={int(cache)}")
+        except sqlite3.Error as exc:  # never raised over the block's own error
+            logger.warning("could not shrink the page cache again: %s", exc)
 
 
 @contextmanager
