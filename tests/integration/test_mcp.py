@@ -77,9 +77,8 @@ async def test_tool_errors_are_reported_not_crashes(base_url):
             {"query": "fares", "effort": "minimal", "filter": "title eq 'unterminated"},
         )
         nothing = await client.call_tool("knowledge_base_retrieve", {"effort": "minimal"})
-    # named by the tool's own argument, not the REST field it becomes
-    assert bad_filter.is_error and "filter: " in bad_filter.content[0].text
-    assert "filterAddOn" not in bad_filter.content[0].text
+    assert bad_filter.is_error and "filter: Invalid OData filter" in bad_filter.content[0].text
+    assert "filterAddOn" not in bad_filter.content[0].text  # the tool's argument, not REST's
     assert nothing.is_error and "query" in nothing.content[0].text
 
 

@@ -341,7 +341,8 @@ async def test_the_mcp_tool_excludes_caps_and_warns(url):
         "maxOutputDocuments."
     ]
     assert refused.is_error
-    assert "neverQuerySource excludes every knowledge source" in refused.content[0].text
+    assert "exclude_sources leaves out every knowledge source" in refused.content[0].text
+    assert "neverQuerySource" not in refused.content[0].text  # the tool's argument, not REST's
 
 
 def test_the_event_stream_carries_citation_urls_too(url):

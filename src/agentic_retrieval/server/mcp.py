@@ -15,6 +15,7 @@ event as a progress notification. Over HTTP a tool call's answer is therefore an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
@@ -34,16 +35,20 @@ from starlette.types import Receive, Scope, Send
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import (
+    FilterFieldError,
     IdentityRequiredError,
     InvalidRequestError,
     ModelRequiredError,
+    ODataError,
 )
 from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.odata import check_fields, parse_filter
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.requests import path_name_error
 from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
+from agentic_retrieval.sources.base import TypedFilterableKnowledgeSource
 from agentic_retrieval.wire.events import (
     ERROR,
     RESPONSE_COMPLETED,
@@ -51,12 +56,27 @@ from agentic_retrieval.wire.events import (
     completed_response,
 )
 from agentic_retrieval.wire.models import ActivityRecord
-from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings
+from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings, known_fields
 
 logger = logging.getLogger(__name__)
 
 TOOL_NAME = "knowledge_base_retrieve"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_OUTPUT_DOCUMENTS = next(
+    int(f.metadata["le"]) for f in dataclasses.fields(Context) if f.name == "max_output_documents"
+)
+"""The tool's bound on ``max_output_documents``: the run setting's own (``Context``)."""
+TOOL_TERMS = (
+    (re.compile(r"knowledgeSourceParams\[[^\]]*\]\.filterAddOn"), "filter"),
+    (re.compile(r"knowledgeSourceParams: neverQuerySource excludes"), "exclude_sources leaves out"),
+    (re.compile(r"\bneverQuerySource\b"), "exclude_sources"),
+    (re.compile(r"'?\bretrievalReasoningEffort\b'?"), "effort"),
+    (re.compile(r"'?\boutputMode\b'?"), "output_mode"),
+    (re.compile(r"\bmaxOutputDocuments\b"), "max_output_documents"),
+    (re.compile(r"knowledgeSourceParams(\[[^\]]*\])?: "), ""),
+)
+"""REST field names (``filterAddOn``...) as the tool's arguments, for the messages of the
+request checks the REST route shares: a model calling the tool knows only its arguments."""
 
 
 class ChatMessage(BaseModel):
@@ -145,7 +165,11 @@ def build_mcp_server(
         ] = None,
         max_output_documents: Annotated[
             int | None,
-            Field(description="Most documents in the response (maxOutputDocuments).", ge=1),
+            Field(
+                description="Most documents in the response, all sources together.",
+                ge=1,
+                le=MAX_OUTPUT_DOCUMENTS,
+            ),
         ] = None,
         exclude_sources: Annotated[
             list[str] | None,
@@ -160,6 +184,7 @@ def build_mcp_server(
             current, run_defaults = resolve() if resolve is not None else (kb, defaults)
         except KeyError:
             raise ToolError(f"the knowledge base '{kb.name}' no longer exists") from None
+        check_arguments(current, effort, output_mode, filter, exclude_sources or ())
         request = tool_request(
             current,
             query,
@@ -175,7 +200,7 @@ def build_mcp_server(
         except ModelRequiredError as exc:
             raise ToolError(model_required_message(exc)) from exc
         except (InvalidRequestError, IdentityRequiredError) as exc:
-            raise ToolError(in_argument_names(str(exc))) from exc
+            raise ToolError(in_tool_terms(str(exc))) from exc
         except Exception as exc:  # a bug: its text goes to the log, never to the client
             request_id = uuid.uuid4().hex
             logger.error("MCP tool call %s failed", request_id, exc_info=exc)
@@ -228,16 +253,53 @@ async def _run(
     return final
 
 
-_FILTER_ADD_ON = re.compile(r"knowledgeSourceParams\[[^\]]*\]\.filterAddOn: ")
+def check_arguments(
+    kb: KnowledgeBase,
+    effort: str | None,
+    output_mode: str | None,
+    filter_text: str | None,
+    exclude: Sequence[str],
+) -> None:
+    """Refuse what cannot run, naming the tool's argument (not the REST field it becomes).
 
-
-def in_argument_names(message: str) -> str:
-    """A request error said with the tool's argument names.
-
-    ``filter``, not each source's ``filterAddOn``: the tool sends its one filter to every
-    source.
+    Raises:
+        ToolError: ``answerSynthesis`` at ``minimal``, a filter that does not parse or names
+            a field no source has, or ``exclude_sources`` naming an unknown source or every
+            source.
     """
-    return _FILTER_ADD_ON.sub("filter: ", message)
+    if effort == "minimal" and output_mode == "answerSynthesis":
+        raise ToolError(
+            "output_mode 'answerSynthesis' writes an answer with a chat model: it cannot run "
+            "with effort 'minimal' (use low or medium)"
+        )
+    if filter_text:
+        try:
+            expr = parse_filter(filter_text)
+            if any(isinstance(s, TypedFilterableKnowledgeSource) for s in kb.sources.values()):
+                check_fields(expr, known_fields(kb.sources))
+        except FilterFieldError as exc:
+            raise ToolError(f"filter: {exc.detail}") from None
+        except ODataError as exc:
+            raise ToolError(f"filter: {exc}") from None
+    names = ", ".join(kb.sources) or "none"
+    unknown = [name for name in exclude if name not in kb.sources]
+    if unknown:
+        raise ToolError(
+            f"exclude_sources: unknown knowledge source '{unknown[0]}' (this knowledge base "
+            f"has: {names})"
+        )
+    if kb.sources and set(kb.sources) <= set(exclude):
+        raise ToolError(
+            f"exclude_sources leaves out every knowledge source of this knowledge base "
+            f"({names}); leave at least one to query"
+        )
+
+
+def in_tool_terms(message: str) -> str:
+    """A request check's message with the REST field names replaced by the tool's arguments."""
+    for pattern, argument in TOOL_TERMS:
+        message = pattern.sub(argument, message)
+    return message
 
 
 def model_required_message(exc: ModelRequiredError) -> str:
@@ -290,11 +352,11 @@ def tool_request(
     exclude: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The retrieve request (wire JSON) for one tool call."""
-    turns = [m.model_dump() for m in messages or []]
-    if query:
+    turns = [m.model_dump() for m in messages or [] if m.content.strip()]
+    if query and query.strip():
         turns.append({"role": "user", "content": query})
     if not turns:
-        raise ToolError("give 'query' or 'messages'")
+        raise ToolError("give 'query' or 'messages' holding the question to retrieve for")
     return conversation_request(
         [(t["role"], t["content"]) for t in turns],
         kb.sources,
