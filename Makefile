@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # (pulled by sentence-transformers) would download a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint notebooks venv install install-dev clean
+.PHONY: demo test lint notebooks venv install install-dev sdk-newest clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ install-dev: venv
 demo: install
 	$(BIN)/agentic-retrieval demo
 
-test: install-dev
+# the newest azure-search-documents beside the pinned one, for tests/integration/test_sdk_versions.py
+sdk-newest: install-dev
+	$(BIN)/python -m tests.newest_sdk
+
+test: install-dev sdk-newest
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
