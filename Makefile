@@ -36,9 +36,11 @@ test: install-dev sdk-newest
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# execute every notebook and save its outputs (tests/test_notebooks.py checks they match)
+# execute every notebook and save its outputs (tests/test_notebooks.py checks they match); a
+# cell that shows the same text keeps its committed outputs (timings, addresses, a latency
+# chart vary run to run), so re-running gives no diff; FORCE=1 saves every output anew
 notebooks: install-dev
-	$(BIN)/python tests/test_notebooks.py --write
+	$(BIN)/python tests/test_notebooks.py --write $(if $(FORCE),--force)
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

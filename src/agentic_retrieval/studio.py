@@ -103,16 +103,20 @@ def _document(path: Path, folder: str) -> dict[str, str]:
 
 
 def _stop_serving(reason: str) -> NoReturn:
-    """Print one line and stop the dev server (not only this worker).
+    """Print one line, last, and stop the dev server (not only this worker) with a failure.
 
     Raising would print the server's traceback and leave ``langgraph dev``'s reloader running
-    a dead worker; exiting here leaves one line. Under the reloader this process is a worker:
-    its parent (the ``langgraph dev`` process) is asked to shut down too.
+    a dead worker; exiting here leaves one line, with exit status 2. Under the reloader
+    (``langgraph dev`` without ``--no-reload``) this process is a worker and its parent, the
+    ``langgraph dev`` process, must stop too: asked politely (SIGTERM) it shuts down cleanly
+    and exits 0, so a script could not tell a broken configuration from a stopped server.
+    It is killed instead (SIGKILL: exit status 137); it holds nothing that needs a clean
+    shutdown, since this worker has not started serving.
     """
     sys.stderr.write(f"agentic-retrieval Studio: {reason}\n")
     sys.stderr.flush()
     if multiprocessing.parent_process() is not None:
-        os.kill(os.getppid(), signal.SIGTERM)
+        os.kill(os.getppid(), signal.SIGKILL)
     os._exit(2)
 
 

@@ -112,17 +112,20 @@ def dev_server(tmp_path_factory):
         stop(process)
 
 
-def test_a_knowledge_base_that_is_not_there_stops_the_server_with_one_line(tmp_path):
+@pytest.mark.parametrize("reload", [True, False], ids=["reloader", "no-reload"])
+def test_a_knowledge_base_that_is_not_there_stops_the_server_with_one_line(tmp_path, reload):
     if LANGGRAPH is None:
         pytest.skip("langgraph-cli[inmem] is not installed (it is in the dev extra)")
     from tests.server_harness import free_port
 
-    process = start_dev(tmp_path, "./my-kb", free_port(), reload=True)  # as the README runs it
+    process = start_dev(tmp_path, "./my-kb", free_port(), reload=reload)  # as the README runs it
     try:
         process.wait(STARTUP_SECONDS)  # the reloader and its worker both stop
     finally:
         stop(process)
+    assert process.returncode not in (0, None)  # a script can tell it failed
     output = (tmp_path / "dev.log").read_text()
+    assert output.rstrip().splitlines()[-1].startswith("agentic-retrieval Studio: ")  # last
     ours = [line for line in output.splitlines() if "agentic-retrieval" in line]
     assert ours == [
         f"agentic-retrieval Studio: AGENTIC_RETRIEVAL_KB=./my-kb: no knowledge base directory "

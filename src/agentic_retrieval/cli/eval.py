@@ -27,6 +27,10 @@ from agentic_retrieval.sources.local import IndexProgress
 
 TABLE_COMPARISONS = ("nDCG@10", "R@100", "evidence_recall")
 PIPED_WIDTH = 240
+LINE_SECONDS = 30.0
+"""Longest silence of the progress lines while questions complete."""
+QUIET_SECONDS = 5.0
+"""No progress line before a run has lasted this long."""
 SHOWN_FAILURES = 3
 
 
@@ -154,6 +158,10 @@ def _quiet(name: str) -> Iterator[None]:
 
 @contextmanager
 def _progress() -> Iterator[dict[str, Any]]:
+    """Progress bars on a terminal; elsewhere (a pipe, a file, CI) progress lines."""
+    if not err.is_terminal:
+        yield ProgressLines(err).callbacks()
+        return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -175,6 +183,63 @@ def _progress() -> Iterator[dict[str, Any]]:
             bars.advance(tasks[config.name])
 
         yield {"indexing": indexing, "configuration": configuration, "question": question}
+
+
+class ProgressLines:
+    """Progress as plain lines, for a stderr that is not a terminal (no live bars there).
+
+    One line when a configuration starts, and one each time another tenth of its questions
+    is done or :data:`LINE_SECONDS` have passed since the last line, so a long run shows it
+    is alive without flooding a log; indexing a corpus likewise. Nothing during the first
+    :data:`QUIET_SECONDS`: a short run (or a mistake found at the start, which is one line
+    on stderr) reads as it does on a terminal, where the bars vanish when done.
+    """
+
+    def __init__(self, console: Console, clock: Any = None) -> None:
+        import time
+
+        self.console = console
+        self.clock = clock or time.monotonic
+        self.started: dict[str, float] = {}
+        self.totals: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+        self.begun = self.last_line = self.clock()
+
+    def callbacks(self) -> dict[str, Any]:
+        """The ``evaluate`` progress callbacks."""
+        return {
+            "indexing": self.indexing,
+            "configuration": self.configuration,
+            "question": self.question,
+        }
+
+    def indexing(self, event: IndexProgress) -> None:
+        """After each corpus record indexed."""
+        self._step("indexing the corpus", event.done, event.total or 0, "records")
+
+    def configuration(self, config: Any, total: int) -> None:
+        """When a configuration starts."""
+        self.started[config.name] = self.clock()
+        self.totals[config.name], self.done[config.name] = total, 0
+        self._line(f"{config.name}: {total} questions")
+
+    def question(self, config: Any, result: Any) -> None:
+        """After each question of a configuration."""
+        self.done[config.name] += 1
+        self._step(config.name, self.done[config.name], self.totals[config.name], "questions")
+
+    def _step(self, name: str, done: int, total: int, unit: str) -> None:
+        started = self.started.setdefault(name, self.clock())
+        tenth = total > 0 and (done * 10 // total) > ((done - 1) * 10 // total)
+        if done == total or tenth or self.clock() - self.last_line >= LINE_SECONDS:
+            elapsed = self.clock() - started
+            self._line(f"{name}: {done}/{total} {unit} ({elapsed:.0f} s)")
+
+    def _line(self, text: str) -> None:
+        if self.clock() - self.begun < QUIET_SECONDS:
+            return
+        self.last_line = self.clock()
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _tables() -> Console:

@@ -76,6 +76,7 @@ def evaluate(
     seed: int = 0,
     progress: Progress | None = None,
     notes: Sequence[str] = (),
+    warm_up: bool = True,
 ) -> EvalReport:
     """Evaluate configurations on labelled questions; see :func:`aevaluate` for the arguments.
 
@@ -97,6 +98,7 @@ def evaluate(
             seed=seed,
             progress=progress,
             notes=notes,
+            warm_up=warm_up,
         )
     )
 
@@ -117,6 +119,7 @@ async def aevaluate(
     seed: int = 0,
     progress: Progress | None = None,
     notes: Sequence[str] = (),
+    warm_up: bool = True,
 ) -> EvalReport:
     """Evaluate configurations on labelled questions.
 
@@ -142,6 +145,9 @@ async def aevaluate(
         seed: Seed of the significance resampling.
         progress: Progress callbacks.
         notes: Notes to record in the report (e.g. combinations left out of a grid).
+        warm_up: Ask each configuration's first question once, untimed and model-free,
+            before its timed run, so no configuration's latency carries start-up costs
+            (the first one's would otherwise: opening stores, loading models, imports).
 
     Raises:
         DatasetError: Missing or malformed dataset, questions or judgements.
@@ -163,7 +169,7 @@ async def aevaluate(
         for kb, configuration in zip(knowledge_bases, chosen, strict=True):
             check_model(kb, configuration)
         results = [
-            await _run_one(kb, c, asked, table, concurrency, progress)
+            await _run_one(kb, c, asked, table, concurrency, progress, warm_up)
             for kb, c in zip(knowledge_bases, chosen, strict=True)
         ]
     finally:
@@ -174,7 +180,7 @@ async def aevaluate(
         comparisons=compare(results, asked, seed),
         notes=notes + _cost_notes(results),
         questions=asked,
-        info=_info(dataset, eval_target, seed, concurrency),
+        info={**_info(dataset, eval_target, seed, concurrency), "warm_up": warm_up},
     )
     if output_dir is not None:
         from agentic_retrieval.eval.outputs import write_outputs
@@ -259,6 +265,7 @@ async def _run_one(
     prices: Mapping[str, Price] | None,
     concurrency: int,
     progress: Progress,
+    warm_up: bool,
 ) -> ConfigurationResult:
     if progress.configuration is not None:
         progress.configuration(configuration, len(questions))
@@ -269,6 +276,7 @@ async def _run_one(
         prices=prices,
         concurrency=concurrency,
         on_done=progress.question,
+        warm_up=warm_up,
     )
     qrels = {q.id: dict(q.relevant) for q in questions}
     metrics = ir_metrics(qrels, {r.question_id: r.documents for r in queries})

@@ -114,6 +114,32 @@ def paired_comparison(
     )
 
 
+def mean_interval(values: Sequence[float], *, seed: int = 0) -> tuple[float, float, float] | None:
+    """The mean of ``values`` and a 95% bootstrap confidence interval of it (percentile).
+
+    Returns:
+        ``(mean, low, high)``, or ``None`` without values. One value, or values that are all
+        equal, give an interval of width 0: nothing to resample.
+    """
+    from scipy import stats
+
+    if not values:
+        return None
+    data = np.asarray(values, dtype=float)
+    mean = float(data.mean())
+    if len(data) < 2 or np.allclose(data, data[0]):
+        return mean, mean, mean
+    interval = stats.bootstrap(
+        (data,),
+        np.mean,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return mean, float(interval.low), float(interval.high)
+
+
 def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     difference: np.ndarray = np.mean(y - x, axis=axis)
     return difference
