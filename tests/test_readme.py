@@ -289,3 +289,21 @@ def test_readme_cli_commands_run(tmp_path, monkeypatch):
     assert [r.doc_key for r in products.references] == ["B-2#0"]
     evaluated = json.loads((tmp_path / "eval-report" / "report.json").read_text())
     assert [c["summary"]["nDCG@10"] for c in evaluated["configurations"]] == [1.0, 1.0]
+
+
+def test_the_install_notes_name_real_extras():
+    """Each section's ``*Install: ...*`` line names extras the package has."""
+    import tomllib
+
+    extras = set(
+        tomllib.loads((README.parent / "pyproject.toml").read_text())["project"][
+            "optional-dependencies"
+        ]
+    )
+    notes = re.findall(r"^\*Install: (.+?)\*$", README.read_text(), re.MULTILINE | re.DOTALL)
+    assert len(notes) >= 8
+    named = {word for note in notes for word in re.findall(r"`([a-z]+)`", note)}
+    assert named and named <= extras, named - extras
+    for heading in ("### 1. Import it", "### 2. Debug it in LangGraph Studio", "## Rerankers"):
+        section = README.read_text().split(f"{heading}\n", 1)[1]
+        assert section.lstrip().startswith("*Install: "), heading
