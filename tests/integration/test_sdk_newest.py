@@ -268,6 +268,12 @@ def test_lists_narrow_by_prefix_and_follow_next_links(url):
     bases = indexes.list_knowledge_bases(search="ferry", page_size=1)
     assert [b.name for b in bases] == [f"{n}-kb" for n in ferries]
     assert [b.name for b in indexes.list_knowledge_bases(search="tram")] == ["tram-kb"]
+    summaries = {s.name: s for s in indexes.list_index_stats_summary()}
+    assert {"ferry-a", "ferry-b", "ferry-c", "tram"} <= set(summaries)
+    assert summaries["tram"].document_count == 0
+    counters = indexes.get_service_statistics().counters
+    assert counters.index_counter.usage == len(summaries)
+    assert counters.knowledge_base_counter.usage >= 4
 
 
 # --- file knowledge sources ----------------------------------------------------------------

@@ -28,6 +28,7 @@ MODULES = [
     "tests/integration/test_service_sdk.py",
     "tests/integration/test_service_files.py",
     "tests/integration/test_newest_contract.py",
+    "tests/integration/test_service_statistics.py",
     "tests/integration/test_azure_source.py",  # the SDK as our Azure source's client
     "tests/integration/test_azure_permissions.py",
     "tests/unit/test_models.py",  # our wire models against the SDK's

@@ -13,6 +13,7 @@ from agentic_retrieval.server.management.files import add_file_routes
 from agentic_retrieval.server.management.indexes import add_index_routes
 from agentic_retrieval.server.management.knowledge_bases import add_knowledge_base_routes
 from agentic_retrieval.server.management.knowledge_sources import add_knowledge_source_routes
+from agentic_retrieval.server.management.statistics import add_statistics_routes
 
 
 def add_management_routes(app: FastAPI, management: Management) -> None:
@@ -25,6 +26,7 @@ def add_management_routes(app: FastAPI, management: Management) -> None:
     add_index_routes(app, management)
     add_document_routes(app, management)
     add_file_routes(app, management)
+    add_statistics_routes(app, management)
 
 
 __all__ = ["Management", "add_management_routes"]

@@ -49,7 +49,9 @@ def add_index_routes(app: FastAPI, management: Management) -> None:
     async def statistics(name: str, request: Request) -> JSONResponse:
         check_request(request, management.keys, "admin")
         stored = routes.stored(management, name)
-        body = await in_store_thread(management, "index", name, _statistics, management, stored)
+        body = await in_store_thread(
+            management, "index", name, index_statistics, management, stored
+        )
         return JSONResponse(body)
 
     add_routes(app, "/indexes", list_indexes, ["GET"])
@@ -77,8 +79,8 @@ def _project(body: dict[str, Any], select: list[str] | None) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k in select or k == "name"}
 
 
-def _statistics(management: Management, stored: StoredDefinition) -> dict[str, Any]:
-    """The index's counts and sizes.
+def index_statistics(management: Management, stored: StoredDefinition) -> dict[str, Any]:
+    """An index's ``documentCount``, ``storageSize`` and ``vectorIndexSize``.
 
     Raises:
         ResourceNotFoundError: The index was deleted meanwhile.
