@@ -35,20 +35,16 @@ from starlette.types import Receive, Scope, Send
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import (
-    FilterFieldError,
     IdentityRequiredError,
     InvalidRequestError,
     ModelRequiredError,
-    ODataError,
 )
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.odata import check_fields, parse_filter
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.requests import path_name_error
 from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
-from agentic_retrieval.sources.base import TypedFilterableKnowledgeSource
 from agentic_retrieval.wire.events import (
     ERROR,
     RESPONSE_COMPLETED,
@@ -56,7 +52,7 @@ from agentic_retrieval.wire.events import (
     completed_response,
 )
 from agentic_retrieval.wire.models import ActivityRecord
-from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings, known_fields
+from agentic_retrieval.wire.retrieve import conversation_request, effort_warnings
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +180,7 @@ def build_mcp_server(
             current, run_defaults = resolve() if resolve is not None else (kb, defaults)
         except KeyError:
             raise ToolError(f"the knowledge base '{kb.name}' no longer exists") from None
-        check_arguments(current, effort, output_mode, filter, exclude_sources or ())
+        check_arguments(current, effort, output_mode, exclude_sources or ())
         request = tool_request(
             current,
             query,
@@ -254,33 +250,22 @@ async def _run(
 
 
 def check_arguments(
-    kb: KnowledgeBase,
-    effort: str | None,
-    output_mode: str | None,
-    filter_text: str | None,
-    exclude: Sequence[str],
+    kb: KnowledgeBase, effort: str | None, output_mode: str | None, exclude: Sequence[str]
 ) -> None:
     """Refuse what cannot run, naming the tool's argument (not the REST field it becomes).
 
+    The filter is checked by the request checks every interface shares (each source against
+    its own fields), whose messages :func:`in_tool_terms` rewords.
+
     Raises:
-        ToolError: ``answerSynthesis`` at ``minimal``, a filter that does not parse or names
-            a field no source has, or ``exclude_sources`` naming an unknown source or every
-            source.
+        ToolError: ``answerSynthesis`` at ``minimal``, or ``exclude_sources`` naming an
+            unknown source or every source.
     """
     if effort == "minimal" and output_mode == "answerSynthesis":
         raise ToolError(
             "output_mode 'answerSynthesis' writes an answer with a chat model: it cannot run "
             "with effort 'minimal' (use low or medium)"
         )
-    if filter_text:
-        try:
-            expr = parse_filter(filter_text)
-            if any(isinstance(s, TypedFilterableKnowledgeSource) for s in kb.sources.values()):
-                check_fields(expr, known_fields(kb.sources))
-        except FilterFieldError as exc:
-            raise ToolError(f"filter: {exc.detail}") from None
-        except ODataError as exc:
-            raise ToolError(f"filter: {exc}") from None
     names = ", ".join(kb.sources) or "none"
     unknown = [name for name in exclude if name not in kb.sources]
     if unknown:
