@@ -398,6 +398,13 @@ class PreconditionFailedError(ServiceError, ValueError):
     """An ``If-Match`` / ``If-None-Match`` condition does not hold (HTTP 412)."""
 
 
+class QuotaExceededError(ServiceError, ValueError):
+    """One more index, knowledge source or knowledge base would pass the service's limit.
+
+    HTTP 429, as Azure answers a create past its tier's index quota.
+    """
+
+
 class TooLargeError(ServiceError, ValueError):
     """A document batch or an uploaded file is larger than the service accepts (HTTP 413)."""
 

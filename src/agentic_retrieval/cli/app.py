@@ -49,6 +49,7 @@ from agentic_retrieval.graph.events import (
     progress_note,
 )
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.kb.management import DEFAULT_MAX_DEFINITIONS
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.odata import Expr, check_fields, parse_filter
 from agentic_retrieval.permissions import Identity
@@ -1078,6 +1079,30 @@ def serve(
     conversion_queue: Annotated[
         int, typer.Option(help="Uploads waiting for a conversion before a 429.", min=0)
     ] = 16,
+    max_indexes: Annotated[
+        int,
+        typer.Option(
+            envvar="AGENTIC_RETRIEVAL_MAX_INDEXES",
+            help="Most indexes --data holds; creating one more answers 429.",
+            min=0,
+        ),
+    ] = DEFAULT_MAX_DEFINITIONS,
+    max_knowledge_sources: Annotated[
+        int,
+        typer.Option(
+            envvar="AGENTIC_RETRIEVAL_MAX_KNOWLEDGE_SOURCES",
+            help="Most knowledge sources --data holds.",
+            min=0,
+        ),
+    ] = DEFAULT_MAX_DEFINITIONS,
+    max_knowledge_bases: Annotated[
+        int,
+        typer.Option(
+            envvar="AGENTIC_RETRIEVAL_MAX_KNOWLEDGE_BASES",
+            help="Most knowledge bases --data holds (--kb ones not counted).",
+            min=0,
+        ),
+    ] = DEFAULT_MAX_DEFINITIONS,
     query_key_for: Annotated[
         list[str] | None,
         typer.Option(
@@ -1123,7 +1148,7 @@ def serve(
     _import_extra("uvicorn", "server")
     if not kb and data is None:
         raise UserError("give --data DIR (a service data directory) and/or --kb DIR")
-    from agentic_retrieval.cli.serving import access_options, check_keys
+    from agentic_retrieval.cli.serving import access_options, check_keys, check_open_files
 
     check_keys({"--api-key": api_key, "--query-key": query_key, "--query-key-for": query_key_for})
     names = _served_names(kb or [], data)
@@ -1143,12 +1168,18 @@ def serve(
             conversion_limits=ConversionLimits.parse(conversion_limit or []),
             conversion_workers=conversion_workers,
             conversion_queue=conversion_queue,
+            max_indexes=max_indexes,
+            max_knowledge_sources=max_knowledge_sources,
+            max_knowledge_bases=max_knowledge_bases,
             **access,
         )
         settings.access_policy()  # a JWKS file that cannot be read fails here, in one line
     except ValueError as exc:
         raise UserError(str(exc)) from None
     build = functools.partial(build_server_app, list(kb or []), data, settings)
+    files_warning = check_open_files(settings) if data is not None else None
+    if files_warning is not None:
+        err.print(f"warning: {files_warning}")
     if not settings.keys().enabled:
         err.print("warning: no API key configured; the server accepts every request")
     if settings.tokens is not None:

@@ -18,6 +18,27 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
+def check_open_files(settings: Any) -> str | None:
+    """A warning when the process cannot open a file for every store the limits allow.
+
+    The soft open-file limit is raised first where the hard one allows (see
+    :mod:`agentic_retrieval.server.open_files`).
+    """
+    from agentic_retrieval.server.open_files import ensure_open_files, handles_needed
+
+    stores = settings.max_indexes + settings.max_knowledge_sources
+    needed = handles_needed(stores, settings.max_in_flight)
+    allowed = ensure_open_files(needed)
+    if allowed >= needed:
+        return None
+    return (
+        f"this process may open {allowed} files, but {settings.max_indexes} indexes and "
+        f"{settings.max_knowledge_sources} knowledge sources may need {needed} (each store is "
+        "opened by every search thread): lower --max-indexes / --max-knowledge-sources, or "
+        "raise the limit (ulimit -n)"
+    )
+
+
 def check_keys(options: Mapping[str, list[str] | None]) -> None:
     """Refuse a key no request could present, before the server starts.
 

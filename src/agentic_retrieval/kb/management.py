@@ -7,7 +7,9 @@ rules hold whichever way a change comes in:
 - a ``searchIndex`` knowledge source needs its index, a knowledge base its sources;
 - an index a knowledge source reads, or a source a knowledge base uses, cannot be deleted;
 - a source's kind never changes; an index's existing fields keep their type, key,
-  searchable, filterable and vector settings (new fields may be added).
+  searchable, filterable and vector settings (new fields may be added);
+- a create is refused (429, as Azure answers) once the service holds its limit of that kind
+  (:class:`DefinitionLimits`); replacing an existing definition is not a create.
 
 Each check runs inside the write transaction of :class:`ServiceDirectory`, so two processes
 changing definitions at once cannot slip past each other.
@@ -16,9 +18,14 @@ changing definitions at once cannot slip past each other.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
-from agentic_retrieval.errors import InvalidDefinitionError, ResourceConflictError
+from agentic_retrieval.errors import (
+    InvalidDefinitionError,
+    QuotaExceededError,
+    ResourceConflictError,
+)
 from agentic_retrieval.kb.definitions import (
     REDACTED,
     IndexDefinition,
@@ -30,6 +37,7 @@ from agentic_retrieval.kb.definitions import (
 from agentic_retrieval.kb.service import (
     Check,
     Conditions,
+    DefinitionKind,
     DefinitionView,
     ServiceDirectory,
     StoredDefinition,
@@ -47,6 +55,42 @@ _FIXED_ATTRIBUTES = (
 )
 UNCONDITIONAL = Conditions()
 """No ``If-Match`` / ``If-None-Match``."""
+DEFAULT_MAX_DEFINITIONS = 50
+"""Azure's S1 limit on indexes, knowledge sources and knowledge bases alike."""
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionLimits:
+    """How many definitions of each kind a service holds at most (``None``: unbounded).
+
+    Each index and each file knowledge source is a store file on disk, opened by every
+    thread that searches it: without a bound a loop of creates exhausts the disk and the
+    process's file handles for everyone. Azure bounds them per tier (Free 3, Basic 15, S1 50,
+    S2 and S3 200, L1 and L2 10 of each); the default is S1's 50.
+    """
+
+    indexes: int | None = DEFAULT_MAX_DEFINITIONS
+    knowledge_sources: int | None = DEFAULT_MAX_DEFINITIONS
+    knowledge_bases: int | None = DEFAULT_MAX_DEFINITIONS
+
+    def __post_init__(self) -> None:
+        """Reject a negative limit."""
+        for name in ("indexes", "knowledge_sources", "knowledge_bases"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"the limit on {name.replace('_', ' ')} must be at least 0")
+
+    def of(self, kind: DefinitionKind) -> int | None:
+        """The limit on definitions of ``kind``."""
+        return {
+            "index": self.indexes,
+            "knowledgeSource": self.knowledge_sources,
+            "knowledgeBase": self.knowledge_bases,
+        }[kind]
+
+
+UNLIMITED = DefinitionLimits(None, None, None)
+"""No limit (the command line, which manages the directory it is given)."""
 
 
 def put_index(
@@ -56,6 +100,7 @@ def put_index(
     conditions: Conditions = UNCONDITIONAL,
     *,
     creating: bool = False,
+    limits: DefinitionLimits = UNLIMITED,
 ) -> tuple[StoredDefinition, bool]:
     """Create (``creating``: only create) or replace an index.
 
@@ -65,12 +110,14 @@ def put_index(
     Raises:
         InvalidDefinitionError: The body is invalid, or changes an existing field.
         ResourceConflictError: ``creating`` and the index exists.
+        QuotaExceededError: A new index, and the service holds ``limits.indexes``.
         PreconditionFailedError: ``conditions`` do not hold.
     """
     index = parse_index(body, name)
 
     def check(view: DefinitionView, current: StoredDefinition | None) -> None:
         if current is None:
+            check_quota(view, "index", index.name, limits)
             return
         _refuse_existing(creating, "an index", index.name)
         _check_compatible(IndexDefinition.model_validate(current.body), index)
@@ -92,6 +139,7 @@ def put_knowledge_source(
     conditions: Conditions = UNCONDITIONAL,
     *,
     creating: bool = False,
+    limits: DefinitionLimits = UNLIMITED,
 ) -> tuple[StoredDefinition, bool]:
     """Create or replace a knowledge source (``searchIndex`` or ``file``).
 
@@ -99,12 +147,15 @@ def put_knowledge_source(
         UnsupportedKindError: A kind this service does not host.
         InvalidDefinitionError: An invalid body, a missing index, a change of kind.
         ResourceConflictError: ``creating`` and the source exists.
+        QuotaExceededError: A new source, and the service holds ``limits.knowledge_sources``.
         PreconditionFailedError: ``conditions`` do not hold.
     """
     source = parse_knowledge_source(body, name)
 
     def check(view: DefinitionView, current: StoredDefinition | None) -> None:
-        if current is not None:
+        if current is None:
+            check_quota(view, "knowledgeSource", source.name, limits)
+        else:
             _refuse_existing(creating, "a knowledge source", source.name)
             if current.body.get("kind") != source.kind:
                 raise InvalidDefinitionError(
@@ -168,6 +219,7 @@ def put_knowledge_base(
     *,
     creating: bool = False,
     reserved: Collection[str] = (),
+    limits: DefinitionLimits = UNLIMITED,
 ) -> tuple[StoredDefinition, bool]:
     """Create or replace a knowledge base.
 
@@ -178,17 +230,22 @@ def put_knowledge_base(
         conditions: ``If-Match`` / ``If-None-Match``.
         creating: Only create (an existing name is a conflict).
         reserved: Names served read-only from elsewhere (``--kb`` directories).
+        limits: How many definitions the service may hold (the data directory's knowledge
+            bases count; ``reserved`` ones do not).
 
     Raises:
         InvalidDefinitionError: An invalid body or a missing knowledge source.
         ResourceConflictError: ``creating`` and the base exists, or a reserved name.
+        QuotaExceededError: A new base, and the service holds ``limits.knowledge_bases``.
         PreconditionFailedError: ``conditions`` do not hold.
     """
     base = parse_knowledge_base(body, name)
     refuse_reserved(base.name, reserved)
 
     def check(view: DefinitionView, current: StoredDefinition | None) -> None:
-        if current is not None:
+        if current is None:
+            check_quota(view, "knowledgeBase", base.name, limits)
+        else:
             _refuse_existing(creating, "a knowledge base", base.name)
         missing = [n for n in base.source_names if view.get("knowledgeSource", n) is None]
         if missing:
@@ -243,6 +300,35 @@ def delete_knowledge_base(
     """
     refuse_reserved(name, reserved)
     return service.delete("knowledgeBase", name, conditions=conditions)
+
+
+def check_quota(
+    view: DefinitionView, kind: DefinitionKind, name: str, limits: DefinitionLimits
+) -> None:
+    """Refuse to create ``name`` when the service already holds its limit of ``kind``.
+
+    Runs inside the write transaction, so workers creating at once cannot pass the limit
+    together. The message follows Azure's answer to a create past its index quota.
+
+    Raises:
+        QuotaExceededError: Naming the limit and how to make room.
+    """
+    limit = limits.of(kind)
+    if limit is None or view.count(kind) < limit:
+        return
+    article, what, plural = _QUOTA_WORDS[kind]
+    raise QuotaExceededError(
+        f"{article} {what} with the name '{name}' could not be created. The {what} quota has "
+        f"been exceeded for this service: delete unused {plural} first, or start the service "
+        f"with a higher limit. Maximum number of {plural} allowed: {limit}"
+    )
+
+
+_QUOTA_WORDS: dict[DefinitionKind, tuple[str, str, str]] = {
+    "index": ("An", "index", "indexes"),
+    "knowledgeSource": ("A", "knowledge source", "knowledge sources"),
+    "knowledgeBase": ("A", "knowledge base", "knowledge bases"),
+}
 
 
 def refuse_reserved(name: str, reserved: Collection[str]) -> None:

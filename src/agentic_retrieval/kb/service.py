@@ -181,6 +181,11 @@ class DefinitionView:
         )
         return [_definition(row) for row in rows]
 
+    def count(self, kind: DefinitionKind) -> int:
+        """How many definitions of ``kind`` exist."""
+        row = self._conn.execute("SELECT COUNT(*) FROM definitions WHERE kind = ?", (kind,))
+        return int(row.fetchone()[0])
+
 
 Check = Callable[[DefinitionView, StoredDefinition | None], None]
 """Called inside the write transaction with the current definition; raises to abort."""

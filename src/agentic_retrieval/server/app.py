@@ -143,6 +143,7 @@ def create_app(
             max_file_bytes=settings.max_upload_bytes,
             policy=policy,
             conversions=conversions,
+            limits=settings.definition_limits(),
         ),
     )
     _add_routes(app, registry, keys, policy, health)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from agentic_retrieval.kb.management import DEFAULT_MAX_DEFINITIONS, DefinitionLimits
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys
 from agentic_retrieval.server.tokens import TokenSettings, TokenValidator
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
@@ -63,6 +64,11 @@ class ServerSettings:
             late (every request would wait as long).
         health_max_query_wait_seconds: ``/healthz`` answers 503 when a search waits this long
             for a query thread.
+        max_indexes: Most indexes the data directory holds; creating another is a 429
+            naming the limit, as Azure answers past its tier's quota (default: S1's 50).
+        max_knowledge_sources: Most knowledge sources it holds (default 50).
+        max_knowledge_bases: Most knowledge bases it holds, those of ``--kb`` directories
+            not counted (default 50).
     """
 
     api_keys: list[str] = field(default_factory=list)
@@ -86,6 +92,9 @@ class ServerSettings:
     conversion_queue: int = 16
     health_max_loop_lag_seconds: float = 1.0
     health_max_query_wait_seconds: float = 2.0
+    max_indexes: int = DEFAULT_MAX_DEFINITIONS
+    max_knowledge_sources: int = DEFAULT_MAX_DEFINITIONS
+    max_knowledge_bases: int = DEFAULT_MAX_DEFINITIONS
 
     def __post_init__(self) -> None:
         """Reject limits that would make the server unusable, and a malformed public URL."""
@@ -103,6 +112,7 @@ class ServerSettings:
             self.conversion_queue < 0
         ):
             raise ValueError("conversion_workers must be at least 1, conversion_queue at least 0")
+        self.definition_limits()  # a negative limit fails here
         ApiKeys.scoped_keys(self.scoped_query_keys)  # malformed pairs fail here
         if self.require_identity and self.tokens is None:
             raise ValueError(
@@ -115,6 +125,16 @@ class ServerSettings:
         keys = ApiKeys.from_env() if self.read_env_keys else ApiKeys()
         keys = keys.merged(ApiKeys(admin=tuple(self.api_keys), query=tuple(self.query_keys)))
         return keys.merged(ApiKeys.scoped_keys(self.scoped_query_keys))
+
+    def definition_limits(self) -> DefinitionLimits:
+        """How many indexes, knowledge sources and knowledge bases may be created.
+
+        Raises:
+            ValueError: A negative limit.
+        """
+        return DefinitionLimits(
+            self.max_indexes, self.max_knowledge_sources, self.max_knowledge_bases
+        )
 
     def access_policy(self) -> AccessPolicy:
         """Token validation and the permission rules in force.

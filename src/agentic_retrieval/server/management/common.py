@@ -19,6 +19,7 @@ from agentic_retrieval.errors import (
     StoreUnavailableError,
 )
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
+from agentic_retrieval.kb.management import DefinitionLimits
 from agentic_retrieval.kb.service import (
     STORES_DIR,
     Conditions,
@@ -53,6 +54,7 @@ class Management:
         policy: Identity tokens and permission rules (document reads by query keys are
             trimmed to what the caller's identity may see).
         conversions: Where uploaded files are converted (child processes, bounded).
+        limits: How many indexes, knowledge sources and knowledge bases may be created.
     """
 
     registry: KnowledgeBaseRegistry
@@ -63,6 +65,7 @@ class Management:
     max_files: int = 10_000
     policy: AccessPolicy = field(default_factory=AccessPolicy)
     conversions: ConversionPool = field(default_factory=ConversionPool)
+    limits: DefinitionLimits = field(default_factory=DefinitionLimits)
 
     def require_service(self) -> tuple[ServiceDirectory, ServiceCatalog]:
         """The data directory, or a 400 explaining how to get one."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from agentic_retrieval.kb.management import refuse_reserved
+from agentic_retrieval.kb.management import DefinitionLimits, refuse_reserved
 from agentic_retrieval.kb.service import (
     Conditions,
     DefinitionKind,
@@ -48,6 +48,7 @@ class PutDefinition(Protocol):
         conditions: Conditions = ...,
         *,
         creating: bool = False,
+        limits: DefinitionLimits = ...,
     ) -> tuple[StoredDefinition, bool]:
         """Create or replace; returns the stored definition and whether it was created."""
 
@@ -102,7 +103,9 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         body = await read_json_object(request)
         refuse_fixed(body.get("name") if isinstance(body.get("name"), str) else None)
         service, _ = management.require_service()
-        stored, _ = await in_thread(routes.put, service, body, creating=True)
+        stored, _ = await in_thread(
+            routes.put, service, body, creating=True, limits=management.limits
+        )
         return definition_response(stored, written(stored), 201)
 
     async def get(name: str, request: Request) -> Response:
@@ -118,7 +121,9 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         body = await read_json_object(request)
         refuse_fixed(name)
         service, _ = management.require_service()
-        stored, created = await in_thread(routes.put, service, body, name, conditions(request))
+        stored, created = await in_thread(
+            routes.put, service, body, name, conditions(request), limits=management.limits
+        )
         status = 201 if created else 200
         return definition_response(stored, written(stored), status, request=request)
 

@@ -13,6 +13,8 @@ from fastapi import FastAPI, Request
 from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition
 from agentic_retrieval.kb.management import (
     UNCONDITIONAL,
+    UNLIMITED,
+    DefinitionLimits,
     delete_knowledge_base,
     put_knowledge_base,
 )
@@ -46,9 +48,10 @@ def add_knowledge_base_routes(app: FastAPI, management: Management) -> None:
         conditions: Conditions = UNCONDITIONAL,
         *,
         creating: bool = False,
+        limits: DefinitionLimits = UNLIMITED,
     ) -> tuple[StoredDefinition, bool]:
         return put_knowledge_base(
-            service, body, name, conditions, creating=creating, reserved=reserved
+            service, body, name, conditions, creating=creating, reserved=reserved, limits=limits
         )
 
     def delete(
