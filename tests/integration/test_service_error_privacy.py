@@ -75,6 +75,14 @@ BUILTIN_ERRORS = (
     "sqlite3",
     "pydantic",
     "agentic_retrieval.",
+    # the MCP SDK's message models and the validation library's report of them
+    "JSONRPC",
+    "union[",
+    "retrieveArguments",
+    "ChatMessage",
+    "input_value",
+    "input_type",
+    "[type=",
 )
 CLI_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
 
@@ -116,6 +124,41 @@ BODIES: list[bytes | dict | None] = [
     {"name": "x", "kind": "web"},
     {"name": "x", "kind": "searchIndex", "searchIndexParameters": {"searchIndexName": "nosuch"}},
     {"name": "x", "knowledgeSources": [{"name": "nosuch"}]},
+]
+TOOL = "knowledge_base_retrieve"
+# what the MCP endpoint is sent besides: JSON-RPC messages malformed at every level, and
+# tool calls whose arguments have the wrong types
+MCP_BODIES: list[bytes | dict | None] = [
+    b"[]",
+    b'"tools/list"',
+    [{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}],
+    {"jsonrpc": "2.0"},
+    {"jsonrpc": "1.0", "id": 1, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": True, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 1, "method": 5},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": [1]},
+    {"jsonrpc": "2.0", "id": 1, "result": 5},
+    {"jsonrpc": "2.0", "id": 1, "error": {"code": "x"}},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": TOOL, "arguments": 5}},
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 5}},
+    *[
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": TOOL, "arguments": arguments},
+        }
+        for arguments in (
+            {"query": 5},
+            {"query": "x" * 10_001},
+            {"messages": "hello"},
+            {"messages": [5, {"role": "robot"}, {"content": ""}]},
+            {"query": "vacation", "effort": "max", "output_mode": 3, "filter": ["x"]},
+            {"query": "vacation", "max_output_documents": 0, "exclude_sources": "plain-ks"},
+        )
+    ],
 ]
 
 
@@ -182,13 +225,7 @@ def forbidden_texts(service: ServiceDirectory, data: Path) -> list[str]:
 
 
 def leaks(body: str, forbidden: list[str]) -> list[str]:
-    """The forbidden texts ``body`` holds.
-
-    A JSON-RPC error of the MCP SDK's transport (a message that is not JSON-RPC at all) is
-    the SDK's own wording, pydantic's included; it is checked for our files only.
-    """
-    if '"jsonrpc"' in body and '"code":-326' in body:
-        return [text for text in forbidden if text in body]
+    """The forbidden texts ``body`` holds (MCP's JSON-RPC answers included)."""
     found = [text for text in [*forbidden, *BUILTIN_ERRORS] if text in body]
     return found + CLI_FLAG.findall(body)
 
@@ -208,6 +245,8 @@ def route_requests(
             if method == "HEAD" or path == "/healthz":
                 continue
             bodies = BODIES if method in ("POST", "PUT") else [None]
+            if path.endswith("/mcp"):
+                bodies = [*BODIES, *MCP_BODIES]
             if "('" in path:
                 bodies = bodies[:1] + bodies[-1:]
             for concrete in _concrete(path, kb):
@@ -374,6 +413,62 @@ def test_mcp_tool_errors_name_the_request_not_the_server(served):
                        headers={**QUERY, **ALICE, **MCP_HEADERS})  # fmt: skip
         assert reply.status_code == 200, reply.text
         assert not leaks(reply.text, forbidden), (arguments, reply.text)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "message"),
+    [
+        (b"{", -32700, "Parse error: the body is not valid JSON."),
+        (
+            b'[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]',
+            -32600,
+            "Invalid Request: batches are not supported; send one JSON-RPC message, a JSON object.",
+        ),
+        (
+            b'{"jsonrpc":"1.0","id":1,"method":"x"}',
+            -32600,
+            "Invalid Request: 'jsonrpc' must be \"2.0\".",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":5}',
+            -32600,
+            "Invalid Request: 'method' must be a string.",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"x","params":[]}',
+            -32600,
+            "Invalid Request: 'params' must be an object.",
+        ),
+    ],
+)
+def test_a_malformed_mcp_message_is_told_what_is_wrong_in_json_rpc_terms(
+    served, body, code, message
+):
+    c, _, _ = served
+    headers = {**QUERY, **MCP_HEADERS, "content-type": "application/json"}
+    reply = c.post(f"/knowledgebases/kb/mcp?{VERSION}", content=body, headers=headers)
+    assert reply.status_code == 400
+    assert reply.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": code, "message": message},
+    }
+
+
+def test_mistyped_tool_arguments_are_named_with_what_they_should_be(served):
+    c, _, _ = served
+    arguments = {"query": 5, "messages": [{"role": "robot"}], "max_output_documents": 0}
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": TOOL, "arguments": arguments}}  # fmt: skip
+    reply = c.post(f"/knowledgebases/kb/mcp?{VERSION}", json=call, headers={**QUERY, **MCP_HEADERS})
+    assert reply.status_code == 200, reply.text
+    result = json.loads(reply.text.split("data: ", 1)[1])["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == (
+        "invalid arguments: query: input should be a valid string; messages.0.role: input "
+        "should be 'user', 'assistant' or 'system'; messages.0.content: field required; "
+        "max_output_documents: input should be greater than or equal to 1"
+    )
 
 
 def test_a_bug_answers_a_request_id_and_nothing_of_itself(served, monkeypatch):

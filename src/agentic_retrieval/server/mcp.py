@@ -26,10 +26,11 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context as McpContext
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, Field
+from mcp.types import CallToolResult, InputRequiredResult
+from pydantic import BaseModel, Field, ValidationError
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
@@ -43,6 +44,7 @@ from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.server.mcp_errors import PlainTransportErrors, argument_problem
 from agentic_retrieval.server.requests import path_name_error
 from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.wire.events import (
@@ -107,6 +109,27 @@ class RetrieveToolResult(BaseModel):
     )
 
 
+class RetrievalMcpServer(MCPServer[Any]):
+    """The SDK's server, with invalid tool arguments said plainly.
+
+    The SDK hands the model its validation library's text for arguments of the wrong type
+    (class names, a documentation link, the value sent); the tool error names each argument
+    and what it should be instead (:func:`~agentic_retrieval.server.mcp_errors.argument_problem`).
+    """
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: McpContext[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Call a tool as the SDK does; invalid arguments fail with a plain ``ToolError``."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
+                raise ToolError(f"invalid arguments: {argument_problem(cause)}") from cause
+            raise
+
+
 IDENTITY_SCOPE_KEY = "agentic_retrieval.identity"
 """Where :class:`McpMounts` leaves the validated identity in the ASGI scope for the tool."""
 
@@ -128,7 +151,7 @@ def build_mcp_server(
     """
     sources = ", ".join(f"{n} ({s.description or s.kind})" for n, s in kb.sources.items())
     with _no_root_logging_config():
-        server: MCPServer = MCPServer(
+        server = RetrievalMcpServer(
             name=f"agentic-retrieval: {kb.name}",
             instructions=f"Knowledge base '{kb.name}'. {kb.description} Sources: {sources}.",
         )
@@ -490,7 +513,9 @@ class McpMounts:
             await _send(send, missing)
             return
         # a fresh scope per request: the identity cannot leak into another request
-        await manager.handle_request({**scope, IDENTITY_SCOPE_KEY: identity}, receive, send)
+        plain = PlainTransportErrors(receive, send)
+        scope = {**scope, IDENTITY_SCOPE_KEY: identity}
+        await manager.handle_request(scope, plain.receive, plain.send)
 
 
 async def _serve(
