@@ -8,6 +8,8 @@ the server is bound to.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from tests.server_harness import intents_body, running_server
@@ -85,6 +87,41 @@ def test_links_point_at_the_configured_public_url(tmp_path):
             assert citation.startswith("https://search.example.com/base/indexes/guides/docs/pass?")
             assert next_link.startswith("https://search.example.com/base/indexes?")
             assert next_link.endswith("%24skipToken=guides")
+
+
+def mcp_citation(http: httpx.Client) -> str:
+    """The citationUrl of the first reference of an MCP tool call."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "knowledge_base_retrieve", "arguments": {"query": "day pass"}},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    reply = http.post("/knowledgebases/transit/mcp", json=call, headers=headers)
+    assert reply.status_code == 200, reply.text
+    result = json.loads(reply.text.split("data: ", 1)[1])["result"]
+    assert not result["isError"], result
+    [reference] = result["structuredContent"]["references"]
+    return str(reference["citationUrl"])
+
+
+def test_mcp_references_carry_the_same_citation_url_as_rest(tmp_path):
+    with serve(tmp_path) as url, httpx.Client(base_url=url, headers=ADMIN, params=VERSION) as http:
+        with_guides(http)
+        citation = mcp_citation(http)
+        assert citation.startswith(f"{url}/indexes/guides/docs/pass?"), citation
+        assert httpx.get(citation, headers=ADMIN).json()["id"] == "pass"
+    public = "https://search.example.com/base"
+    with (
+        serve(tmp_path, public_url=public) as url,
+        httpx.Client(base_url=url, headers=ADMIN, params=VERSION) as http,
+    ):
+        citation = mcp_citation(http)
+        assert citation.startswith(f"{public}/indexes/guides/docs/pass?"), citation
 
 
 @pytest.mark.parametrize(

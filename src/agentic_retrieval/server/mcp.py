@@ -32,6 +32,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import BaseModel, Field, ValidationError
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from agentic_retrieval.context import Context
@@ -45,7 +46,7 @@ from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.mcp_errors import PlainTransportErrors, argument_problem
-from agentic_retrieval.server.requests import path_name_error
+from agentic_retrieval.server.requests import path_name_error, public_base_url
 from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.wire.events import (
     ERROR,
@@ -92,7 +93,8 @@ class RetrieveToolResult(BaseModel):
         "outputMode answerSynthesis, a Markdown answer citing [ref_id:N]."
     )
     references: list[dict[str, Any]] = Field(
-        description="The retrieved documents, by ref_id, with docKey and rerankerScore."
+        description="The retrieved documents, by ref_id, with docKey, rerankerScore and "
+        "(over HTTP, for index sources) citationUrl."
     )
     partial: bool = Field(
         description="True when a knowledge source failed and only the others' results are in."
@@ -132,6 +134,8 @@ class RetrievalMcpServer(MCPServer[Any]):
 
 IDENTITY_SCOPE_KEY = "agentic_retrieval.identity"
 """Where :class:`McpMounts` leaves the validated identity in the ASGI scope for the tool."""
+ENDPOINT_SCOPE_KEY = "agentic_retrieval.endpoint"
+"""Where :class:`McpMounts` leaves the service's public base URL (for ``citationUrl``)."""
 
 
 def build_mcp_server(
@@ -214,8 +218,9 @@ def build_mcp_server(
             max_output_documents=max_output_documents,
             exclude=exclude_sources or (),
         )
+        caller, run_defaults = _per_request(ctx, run_defaults)
         try:
-            final = await _run(current, request, _caller(ctx), run_defaults, ctx)
+            final = await _run(current, request, caller, run_defaults, ctx)
         except ModelRequiredError as exc:
             raise ToolError(model_required_message(exc)) from exc
         except (InvalidRequestError, IdentityRequiredError) as exc:
@@ -335,17 +340,32 @@ def _warnings(activity: list[ActivityRecord]) -> list[str]:
     return lines
 
 
-def _caller(ctx: McpContext | None) -> Identity | None:
-    """The identity :class:`McpMounts` validated for this HTTP request (none over stdio)."""
+def _per_request(
+    ctx: McpContext | None, defaults: Context | None
+) -> tuple[Identity | None, Context | None]:
+    """Who is calling and the run settings, as :class:`McpMounts` left them for this request.
+
+    The identity it validated, and the run settings with this service's public base URL, so
+    that references get a ``citationUrl`` as on the REST route (neither over stdio).
+    """
+    scope = _request_scope(ctx)
+    identity = scope.get(IDENTITY_SCOPE_KEY)
+    endpoint = scope.get(ENDPOINT_SCOPE_KEY)
+    if defaults is not None and isinstance(endpoint, str):
+        defaults = dataclasses.replace(defaults, service_endpoint=endpoint)
+    return (identity if isinstance(identity, Identity) else None), defaults
+
+
+def _request_scope(ctx: McpContext | None) -> Mapping[str, Any]:
+    """The ASGI scope :class:`McpMounts` passed for this HTTP request (empty over stdio)."""
     if ctx is None:
-        return None
+        return {}
     try:
         request = ctx.request_context.request
     except ValueError:  # no request context (a direct call)
-        return None
-    scope = getattr(request, "scope", None) or {}
-    identity = scope.get(IDENTITY_SCOPE_KEY)
-    return identity if isinstance(identity, Identity) else None
+        return {}
+    scope = getattr(request, "scope", None)
+    return scope if isinstance(scope, Mapping) else {}
 
 
 def tool_request(
@@ -514,7 +534,8 @@ class McpMounts:
             return
         # a fresh scope per request: the identity cannot leak into another request
         plain = PlainTransportErrors(receive, send)
-        scope = {**scope, IDENTITY_SCOPE_KEY: identity}
+        endpoint = public_base_url(Request(scope))
+        scope = {**scope, IDENTITY_SCOPE_KEY: identity, ENDPOINT_SCOPE_KEY: endpoint}
         await manager.handle_request(scope, plain.receive, plain.send)
 
 
