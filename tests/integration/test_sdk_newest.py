@@ -65,10 +65,10 @@ from tests.server_harness import running_server, transit_kb
 
 from agentic_retrieval import InMemoryKnowledgeSource
 from agentic_retrieval import KnowledgeBase as LocalKnowledgeBase
+from agentic_retrieval.errors import SourceError
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.server.tokens import TokenSettings
-from agentic_retrieval.sources.base import SourceError
 from agentic_retrieval.testing import Script, ScriptedChatModel
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
