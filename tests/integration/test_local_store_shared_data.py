@@ -12,6 +12,9 @@ from agentic_retrieval.sources.local import IndexReport, LocalKnowledgeSource
 pytestmark = [
     pytest.mark.shared_data,
     pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is not available"),
+    # the hybrid fixture embeds every shared document on the CPU (about 1.5 min quietly),
+    # which counts against its first test's limit
+    pytest.mark.timeout(900),
 ]
 
 # (question, chunk id of the answering passage, a phrase of the answer, page or None)
