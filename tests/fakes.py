@@ -276,7 +276,8 @@ class TokenMint:
         import time
 
         now = int(time.time())
-        claims = {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "nbf": now, "exp": now + 600}
+        # tokens minted when a test module is imported must outlive the whole suite's run
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "nbf": now, "exp": now + 4 * 3600}
         if user is not None:
             claims["oid"] = user
         if groups:
