@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.runnables import RunnableConfig
-from pydantic import BaseModel, ConfigDict
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import ModelNotConfiguredError, ModelUnavailableError
@@ -152,9 +153,11 @@ class StructuredResult(Generic[SchemaT]):
     error: str | None = None
     error_code: str = "ModelOutputInvalid"
     """``Timeout``, ``ModelError`` (the provider failed) or ``ModelOutputInvalid``."""
-    attempts: int = 0
     model: ModelIdentity | None = None
     """The model that was called (its settings, else what its last response reported)."""
+    cause: Exception | None = None
+    """The last attempt's exception: for the log and for a library caller that raises its
+    own error; never shown to a client (it may quote the provider)."""
 
 
 async def structured_call(
@@ -166,9 +169,16 @@ async def structured_call(
     timeout: float | None = None,
     attempts: int = 2,
 ) -> StructuredResult[SchemaT]:
-    """Ask ``model`` for a ``schema`` instance, retrying once when the output does not parse.
+    """Ask ``model`` for a ``schema`` instance, retrying once when the call or its output fails.
 
-    Never raises for model or parsing failures: the caller degrades using ``error``.
+    LangChain does the asking (``with_structured_output``) and the retrying (``with_retry``,
+    at once, without a pause); this function keeps only what they do not: one deadline over
+    every attempt, the token counts of the failed attempts too (they are paid for), the model
+    that answered, and an outcome instead of an exception, so the calling node degrades with
+    an error record. The provider's own message stays in the server log: it may hold account
+    or key fragments. Each unusable output is logged as it happens; a provider error is
+    logged when it ends the call (one a retry recovered from shows in the trace, tagged
+    ``retry:attempt:2`` by LangChain).
 
     Args:
         model: Any chat model supporting ``with_structured_output``.
@@ -179,61 +189,51 @@ async def structured_call(
         attempts: Total tries (default 2: the call and one retry).
 
     Returns:
-        The parsed value (or ``None``), summed usage and the last error message.
+        The parsed value (or ``None``), the summed usage and why there is no value.
     """
     result: StructuredResult[SchemaT] = StructuredResult(value=None, model=model_identity(model))
-    bound = model.with_structured_output(schema, include_raw=True)
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    for _ in range(attempts):
-        result.attempts += 1
-        remaining = None if deadline is None else deadline - loop.time()
-        if remaining is not None and remaining <= 0:
-            result.error, result.error_code = "timed out before the model answered", "Timeout"
-            break
-        try:
-            out: Any = await asyncio.wait_for(bound.ainvoke(messages, config=config), remaining)
-        except TimeoutError:
-            result.error, result.error_code = "timed out before the model answered", "Timeout"
-            break
-        except Exception as exc:  # a provider error must degrade the node, not the run
-            logger.warning("structured call to %s failed: %s", schema.__name__, exc)
-            # the provider's text stays in the log: it may hold account or key fragments
-            if _is_parse_error(exc):
-                result.error = f"the model's output did not parse as {schema.__name__}"
-                result.error_code = "ModelOutputInvalid"
-            else:
-                result.error = "the model call failed; the server log has the details"
-                result.error_code = "ModelError"
-            continue
-        raw = out.get("raw") if isinstance(out, dict) else None
-        result.usage += Usage.of(raw if isinstance(raw, AIMessage) else None)
+    mismatches: list[Exception] = []  # raised below for output that parsed but did not validate
+
+    async def checked(out: dict[str, Any]) -> SchemaT:
+        """One attempt's answer: its tokens counted, its value validated (raising retries)."""
+        raw = out.get("raw")
         if isinstance(raw, AIMessage):
+            result.usage += Usage.of(raw)
             result.model = model_identity(model, raw)
-        parsed = out.get("parsed") if isinstance(out, dict) else out
-        if isinstance(parsed, schema):
-            result.value = parsed
-            result.error = None
-            return result
+        parsed = out.get("parsed")
         if isinstance(parsed, dict):
             try:
-                result.value = schema.model_validate(parsed)
-                result.error = None
-                return result
+                parsed = schema.model_validate(parsed)
             except ValueError as exc:
                 logger.warning("model output did not match %s: %s", schema.__name__, exc)
-                result.error = f"the model's output did not match the {schema.__name__} schema"
-                continue
-        parsing_error = out.get("parsing_error") if isinstance(out, dict) else None
-        logger.warning("model output did not parse as %s: %s", schema.__name__, parsing_error)
-        result.error = f"the model's output did not parse as {schema.__name__}"
-        result.error_code = "ModelOutputInvalid"
+                mismatches.append(OutputParserException(f"no {schema.__name__}: {exc}"))
+                raise mismatches[-1] from exc
+        if not isinstance(parsed, schema):
+            problem = out.get("parsing_error")
+            logger.warning("model output did not parse as %s: %s", schema.__name__, problem)
+            raise OutputParserException(f"no {schema.__name__}: {problem}")
+        return parsed
+
+    attempt = model.with_structured_output(schema, include_raw=True) | RunnableLambda(checked)
+    retried = attempt.with_retry(stop_after_attempt=attempts, wait_exponential_jitter=False)
+    try:
+        result.value = await asyncio.wait_for(retried.ainvoke(messages, config=config), timeout)
+    except TimeoutError:
+        result.error, result.error_code = "timed out before the model answered", "Timeout"
+    except Exception as exc:  # a provider error must degrade the node, not the run
+        logger.warning("structured call to %s failed: %s", schema.__name__, exc)
+        result.error, result.error_code = _describe_failure(exc, schema, exc in mismatches)
+        result.cause = exc
     return result
 
 
-def _is_parse_error(exc: Exception) -> bool:
-    """Whether a provider client raised because the output did not match the schema."""
-    from langchain_core.exceptions import OutputParserException
-    from pydantic import ValidationError
-
-    return isinstance(exc, OutputParserException | ValidationError | ValueError)
+def _describe_failure(exc: Exception, schema: type[BaseModel], mismatch: bool) -> tuple[str, str]:
+    """The error message and code of a call whose last attempt raised ``exc``."""
+    if mismatch:
+        return (
+            f"the model's output did not match the {schema.__name__} schema",
+            "ModelOutputInvalid",
+        )
+    if isinstance(exc, OutputParserException | ValidationError | ValueError):
+        return f"the model's output did not parse as {schema.__name__}", "ModelOutputInvalid"
+    return "the model call failed; the server log has the details", "ModelError"

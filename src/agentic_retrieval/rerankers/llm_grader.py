@@ -15,8 +15,9 @@ Mapping to the 0-4 scale: the model is asked for the semantic-ranker scale itsel
 allowed. A passage missing from the model's answer scores 0.0 and a warning is logged; ids
 the model invents are ignored.
 
-Failure behaviour: each call is made with ``with_structured_output(schema, include_raw=True)``.
-If it raises or its output does not parse, it is retried once. If the retry fails too, that
+Failure behaviour: each call is a
+:func:`~agentic_retrieval.llm.chat_models.structured_call`: if it raises or its output does not
+parse, it is retried once. If the retry fails too, that
 batch is scored by ``fallback`` (another :class:`~agentic_retrieval.rerankers.base.Reranker`,
 e.g. the lexical one) when one was given, else :class:`RerankError` is raised. The grader's
 scores count as calibrated relevance (the default threshold applies), those of a fallback
@@ -36,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from agentic_retrieval.errors import RerankError
+from agentic_retrieval.llm.chat_models import Usage, structured_call
 from agentic_retrieval.prompts import (
     LISTWISE_GRADER_PROMPT,
     POINTWISE_GRADER_PROMPT,
@@ -117,8 +119,7 @@ class LLMGraderReranker:
         self.max_chars = max_chars
         default = LISTWISE_GRADER_PROMPT if mode == "listwise" else POINTWISE_GRADER_PROMPT
         self.prompt = prompt or default
-        schema = ListwiseGrades if mode == "listwise" else PointwiseGrade
-        self._structured = model.with_structured_output(schema, include_raw=True)
+        self._schema: type[BaseModel] = ListwiseGrades if mode == "listwise" else PointwiseGrade
         self.last_usage: dict[str, int] = {"inputTokens": 0, "outputTokens": 0}
 
     async def ascore(self, query: str, hits: Sequence[Hit]) -> list[float]:
@@ -142,46 +143,25 @@ class LLMGraderReranker:
         gate = asyncio.Semaphore(self.max_concurrency)
         results = await asyncio.gather(*(self._grade_batch(query, b, gate) for b in batches))
         scores = [score for batch_scores, _ in results for score in batch_scores]
-        usage = {"inputTokens": 0, "outputTokens": 0}
-        for _, used in results:
-            for key in usage:
-                usage[key] += used[key]
-        self.last_usage = usage
-        return scores, usage
+        used = sum((u for _, u in results), Usage())
+        self.last_usage = {"inputTokens": used.input_tokens, "outputTokens": used.output_tokens}
+        return scores, dict(self.last_usage)
 
     async def _grade_batch(
         self, query: str, batch: Sequence[Hit], gate: asyncio.Semaphore
-    ) -> tuple[list[float], dict[str, int]]:
+    ) -> tuple[list[float], Usage]:
         ids = [f"p{i + 1}" for i in range(len(batch))]
         messages = [SystemMessage(self.prompt), HumanMessage(self._render(query, batch, ids))]
-        usage = {"inputTokens": 0, "outputTokens": 0}
-        problem = ""
-        for attempt in (1, 2):
-            async with gate:
-                parsed, problem = await self._call(messages, usage)
-            if parsed is not None:
-                return self._read(parsed, ids), usage
-            logger.warning("%s: attempt %d unusable: %s", self.name, attempt, problem)
+        async with gate:
+            result = await structured_call(self.model, self._schema, messages)
+        if result.value is not None:
+            return self._read(result.value, ids), result.usage
+        cause = result.cause
+        problem = f"{type(cause).__name__}: {cause}" if cause is not None else result.error
         if self.fallback is None:
             raise RerankError(f"{self.name}: grader output unusable after a retry: {problem}")
         logger.warning("%s: scoring %d passages with %s", self.name, len(batch), self.fallback.name)
-        return [clamp_score(s) for s in await self.fallback.ascore(query, batch)], usage
-
-    async def _call(
-        self, messages: list[BaseMessage], usage: dict[str, int]
-    ) -> tuple[BaseModel | None, str]:
-        """One model call; returns the parsed output (or None) and what went wrong."""
-        try:
-            result = await self._structured.ainvoke(messages)
-        except Exception as exc:  # any provider or parser error counts as one failed attempt
-            return None, f"{type(exc).__name__}: {exc}"
-        if not isinstance(result, dict):  # include_raw=True always yields a dict
-            return None, f"unexpected structured output {type(result).__name__}"
-        add_usage(usage, result.get("raw"))
-        parsed = result.get("parsed")
-        if parsed is None:
-            return None, str(result.get("parsing_error") or "no structured output")
-        return parsed, ""
+        return [clamp_score(s) for s in await self.fallback.ascore(query, batch)], result.usage
 
     def _render(self, query: str, batch: Sequence[Hit], ids: list[str]) -> str:
         parts = [f"Query: {query}", ""]
@@ -204,10 +184,3 @@ class LLMGraderReranker:
         if missing:
             logger.warning("%s: no grade for %s; scoring them 0", self.name, missing)
         return [grades.get(pid, 0.0) for pid in ids]
-
-
-def add_usage(usage: dict[str, int], message: Any) -> None:
-    """Add a message's ``usage_metadata`` token counts to ``usage`` (in place)."""
-    metadata = getattr(message, "usage_metadata", None) or {}
-    usage["inputTokens"] += int(metadata.get("input_tokens", 0) or 0)
-    usage["outputTokens"] += int(metadata.get("output_tokens", 0) or 0)
