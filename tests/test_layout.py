@@ -131,3 +131,18 @@ def test_no_private_module_of_a_dependency_is_imported():
         )
 
     assert violations(private) == []
+
+
+def test_the_command_line_registers_its_commands_in_one_place():
+    """``cli/app.py`` imports every command module and registers it; nothing imports it back
+    but the entry points, and no command module imports another (shared code has a module)."""
+    entry_points = (f"{PACKAGE}.cli", f"{PACKAGE}.cli.__main__")
+
+    def wrong(module: str, imported: str) -> bool:
+        if imported == f"{PACKAGE}.cli.app":
+            return module not in entry_points
+        if in_layer(imported, ("cli.commands",)) and imported != f"{PACKAGE}.cli.commands":
+            return module != f"{PACKAGE}.cli.app"
+        return False
+
+    assert violations(wrong) == []

@@ -78,7 +78,7 @@ PUBLIC_PATHS = [
 INTERFACE_ERRORS = {
     "agentic_retrieval.server.errors.ApiError",
     "agentic_retrieval.server.openai_errors.OpenAIError",
-    "agentic_retrieval.cli.app.UserError",
+    "agentic_retrieval.cli.errors.UserError",
 }
 """How an edge reports a failure (an HTTP status, an exit code); never raised to a library
 caller, so deliberately outside the library's hierarchy."""

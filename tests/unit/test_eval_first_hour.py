@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
 from agentic_retrieval.cli import app
-from agentic_retrieval.cli import eval as eval_command
+from agentic_retrieval.cli.commands import eval as eval_command
 from agentic_retrieval.eval import Configuration, Question, evaluate
 from agentic_retrieval.eval.chart import chart_points, quality_cost_figure
 from agentic_retrieval.eval.significance import mean_interval

@@ -7,7 +7,7 @@ from pathlib import Path
 from langchain_core.embeddings import Embeddings
 from rich.console import Console
 
-from agentic_retrieval.cli.app import UserError
+from agentic_retrieval.cli.errors import UserError
 from agentic_retrieval.embeddings import LOCAL, check_embeddings_name
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local.records import RECORD_FORMATS

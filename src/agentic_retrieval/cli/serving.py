@@ -1,4 +1,4 @@
-"""Option handling of ``agentic-retrieval serve``: identity tokens and permission rules.
+"""Option handling of ``agentic-retrieval serve``: identity tokens, permission rules, the extra.
 
 Each option falls back to its environment variable, so a deployment can configure the
 server without a command line (and the JWT secret is read from the environment only).
@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from agentic_retrieval.cli.app import UserError
+from agentic_retrieval.cli.errors import UserError
 
 ENFORCE_ENV = "AGENTIC_RETRIEVAL_ENFORCE_PERMISSIONS"
 REQUIRE_IDENTITY_ENV = "AGENTIC_RETRIEVAL_REQUIRE_IDENTITY"
@@ -97,3 +97,33 @@ def access_options(
     if not names:
         names = [n.strip() for n in env.get(REQUIRE_IDENTITY_ENV, "").split(",") if n.strip()]
     return {"tokens": tokens, "enforce_permissions": enforce, "require_identity": names}
+
+
+def server_extra() -> Any:
+    """The server package, once its extra's dependencies are known to be installed.
+
+    Raises:
+        UserError: The ``server`` extra is missing, naming how to install it.
+    """
+    import_extra("fastapi", "server")
+    import_extra("mcp", "server")
+    import agentic_retrieval.server as server
+
+    return server
+
+
+def import_extra(module: str, extra: str) -> Any:
+    """Import ``module``, which the optional ``extra`` installs.
+
+    Raises:
+        UserError: It is missing, naming the extra to install.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise UserError(
+            f"this command needs the [{extra}] extra: pip install 'agentic-retrieval[{extra}]' "
+            f"(in a checkout: .venv/bin/pip install -e '.[{extra}]')"
+        ) from exc

@@ -15,19 +15,17 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from agentic_retrieval.cli.app import (
+from agentic_retrieval.cli.errors import UserError, user_errors
+from agentic_retrieval.cli.options import (
     AnswerInstructionsOption,
     MaxOutputDocumentsOption,
     MaxOutputTokensOption,
     MaxRuntimeOption,
     RerankerThresholdOption,
     RetrievalInstructionsOption,
-    UserError,
-    app,
-    out,
     update_kb_settings,
-    user_errors,
 )
+from agentic_retrieval.cli.render import out
 from agentic_retrieval.errors import ResourceNotFoundError
 from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
@@ -42,8 +40,6 @@ kb_app = typer.Typer(
 source_app = typer.Typer(
     help="List, show and delete knowledge sources.", no_args_is_help=True, rich_markup_mode=None
 )
-app.add_typer(kb_app, name="kb")
-app.add_typer(source_app, name="source")
 
 DataOption = Annotated[
     Path | None, typer.Option("--data", help="A service data directory (serve --data).")

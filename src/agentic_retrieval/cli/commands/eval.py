@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentic_retrieval.cli.app import app, err, out, user_errors
+from agentic_retrieval.cli.errors import user_errors
+from agentic_retrieval.cli.render import err, out
 from agentic_retrieval.embeddings import check_embeddings_name
 from agentic_retrieval.errors import EvalConfigurationError
 from agentic_retrieval.eval.configurations import configuration_grid, parse_list
@@ -34,7 +35,6 @@ QUIET_SECONDS = 5.0
 SHOWN_FAILURES = 3
 
 
-@app.command("eval")
 @user_errors
 def eval_command(
     dataset: Annotated[

@@ -1,0 +1,1 @@
+"""One module per command of ``agentic-retrieval``; ``cli/app.py`` registers them."""

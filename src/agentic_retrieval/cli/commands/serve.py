@@ -1,0 +1,258 @@
+"""``agentic-retrieval serve``: the retrieve REST API, the management API and MCP over HTTP."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentic_retrieval.cli.errors import UserError, user_errors
+from agentic_retrieval.cli.render import err
+from agentic_retrieval.cli.serving import import_extra, server_extra
+from agentic_retrieval.kb.management import DEFAULT_MAX_DEFINITIONS
+from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
+from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
+
+
+@user_errors
+def serve(
+    kb: Annotated[
+        list[Path] | None,
+        typer.Option("--kb", help="A knowledge-base directory, served read-only (repeatable)."),
+    ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="A service data directory (created if missing): indexes, knowledge sources "
+            "and knowledge bases managed over REST, kept across restarts.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8080,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            "--public-url",
+            envvar="AGENTIC_RETRIEVAL_PUBLIC_URL",
+            help="The base URL clients reach this service at (e.g. https://search.example.com): "
+            "citationUrl and nextLink links point there (default: the address it listens on, "
+            "never a request's Host header; $AGENTIC_RETRIEVAL_PUBLIC_URL).",
+        ),
+    ] = None,
+    workers: Annotated[
+        int, typer.Option(help="Processes serving requests (sharing --data).", min=1, max=64)
+    ] = 1,
+    api_key: Annotated[
+        list[str] | None, typer.Option("--api-key", help="Admin key (repeatable).")
+    ] = None,
+    query_key: Annotated[
+        list[str] | None,
+        typer.Option("--query-key", help="Retrieve/search-only key (repeatable)."),
+    ] = None,
+    max_in_flight: Annotated[int, typer.Option(help="Requests handled at once (per worker).")] = 64,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 1024 * 1024,
+    max_upload_bytes: Annotated[
+        int, typer.Option(help="Largest document batch or uploaded file.")
+    ] = 16 * 1024 * 1024,
+    conversion_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--conversion-limit",
+            help="NAME=VALUE: what converting one uploaded file may cost (repeatable; names: "
+            "seconds, memory_mb, text_chars, rows, cells, zip_members, zip_member_mb, "
+            "zip_total_mb, zip_ratio, xml_depth; see README).",
+        ),
+    ] = None,
+    conversion_workers: Annotated[
+        int | None,
+        typer.Option(help="Uploaded files converted at once (default: half the CPUs).", min=1),
+    ] = None,
+    conversion_queue: Annotated[
+        int, typer.Option(help="Uploads waiting for a conversion before a 429.", min=0)
+    ] = 16,
+    max_indexes: Annotated[
+        int,
+        typer.Option(
+            envvar="AGENTIC_RETRIEVAL_MAX_INDEXES",
+            help="Most indexes --data holds; creating one more answers 429.",
+            min=0,
+        ),
+    ] = DEFAULT_MAX_DEFINITIONS,
+    max_knowledge_sources: Annotated[
+        int,
+        typer.Option(
+            envvar="AGENTIC_RETRIEVAL_MAX_KNOWLEDGE_SOURCES",
+            help="Most knowledge sources --data holds.",
+            min=0,
+        ),
+    ] = DEFAULT_MAX_DEFINITIONS,
+    max_knowledge_bases: Annotated[
+        int,
+        typer.Option(
+            envvar="AGENTIC_RETRIEVAL_MAX_KNOWLEDGE_BASES",
+            help="Most knowledge bases --data holds (--kb ones not counted).",
+            min=0,
+        ),
+    ] = DEFAULT_MAX_DEFINITIONS,
+    query_key_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--query-key-for",
+            help="KB:KEY, a query key that may only retrieve from knowledge base KB "
+            "(repeatable; repeat a key to allow it several knowledge bases).",
+        ),
+    ] = None,
+    jwt_issuer: Annotated[
+        str | None,
+        typer.Option(help="Identity tokens: the required 'iss' ($AGENTIC_RETRIEVAL_JWT_ISSUER)."),
+    ] = None,
+    jwt_audience: Annotated[
+        str | None,
+        typer.Option(help="Identity tokens: a required 'aud' ($AGENTIC_RETRIEVAL_JWT_AUDIENCE)."),
+    ] = None,
+    jwt_jwks: Annotated[
+        str | None,
+        typer.Option(
+            help="Identity tokens: a JWKS file or https URL with the signing keys "
+            "($AGENTIC_RETRIEVAL_JWT_JWKS; or a shared secret in $AGENTIC_RETRIEVAL_JWT_SECRET)."
+        ),
+    ] = None,
+    enforce_permissions: Annotated[
+        bool | None,
+        typer.Option(
+            "--enforce-permissions/--no-enforce-permissions",
+            help="Fail closed on document permissions (default: on when identity tokens are "
+            "configured; $AGENTIC_RETRIEVAL_ENFORCE_PERMISSIONS).",
+        ),
+    ] = None,
+    require_identity: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--require-identity",
+            help="Knowledge base that answers 401 without an identity token (repeatable; "
+            "'*' for all; $AGENTIC_RETRIEVAL_REQUIRE_IDENTITY, comma-separated).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the retrieve REST API, the management API (--data) and MCP (--kb)."""
+    server = server_extra()
+    import_extra("uvicorn", "server")
+    if not kb and data is None:
+        raise UserError("give --data DIR (a service data directory) and/or --kb DIR")
+    from agentic_retrieval.cli.serving import access_options, check_keys, check_open_files
+
+    check_keys({"--api-key": api_key, "--query-key": query_key, "--query-key-for": query_key_for})
+    names = _served_names(kb or [], data)
+    access = access_options(
+        jwt_issuer, jwt_audience, jwt_jwks, enforce_permissions, require_identity
+    )
+    try:
+        settings = server.ServerSettings(
+            api_keys=list(api_key or []),
+            query_keys=list(query_key or []),
+            scoped_query_keys=list(query_key_for or []),
+            max_in_flight=max_in_flight,
+            max_body_bytes=max_body_bytes,
+            max_upload_bytes=max_upload_bytes,
+            host=host,
+            public_url=public_url,
+            conversion_limits=ConversionLimits.parse(conversion_limit or []),
+            conversion_workers=conversion_workers,
+            conversion_queue=conversion_queue,
+            max_indexes=max_indexes,
+            max_knowledge_sources=max_knowledge_sources,
+            max_knowledge_bases=max_knowledge_bases,
+            **access,
+        )
+        settings.access_policy()  # a JWKS file that cannot be read fails here, in one line
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    build = functools.partial(build_server_app, list(kb or []), data, settings)
+    files_warning = check_open_files(settings) if data is not None else None
+    if files_warning is not None:
+        err.print(f"warning: {files_warning}")
+    if not settings.keys().enabled:
+        err.print("warning: no API key configured; the server accepts every request")
+    if settings.tokens is not None:
+        from agentic_retrieval.server.tokens import describe
+
+        err.print(f"identity tokens: {describe(settings.tokens)}")
+    where = f"http://{host}:{port}"
+    if not names:
+        err.print(f"serving no knowledge base yet on {where}")
+    for name in names:
+        base = f"{where}/knowledgebases/{name}"
+        err.print(
+            f"serving {name}: POST {base}/retrieve?api-version={SUPPORTED_API_VERSIONS[0]}"
+            f" (MCP: {base}/mcp)"
+        )
+    err.print(f"OpenAI-compatible: GET {where}/v1/models, POST {where}/v1/chat/completions")
+    if data is not None:
+        err.print(f"managing {data} at {where}/indexes, /knowledgesources, /knowledgebases")
+    if workers == 1:
+        from agentic_retrieval.server.serving import serve as run_server
+
+        _check_port_free(host, port)
+        run_server(build(), host=host, port=port, log_level="info")
+        return
+    from agentic_retrieval.server.workers import bind, run_workers
+
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    err.print(f"{workers} worker processes")
+    run_workers(build, sock, workers=workers)
+
+
+def build_server_app(kb: list[Path], data: Path | None, settings: Any) -> Any:
+    """The app ``serve`` runs (built in each worker process)."""
+    from agentic_retrieval.kb.loader import open_knowledge_base
+    from agentic_retrieval.kb.service import ServiceDirectory
+    from agentic_retrieval.server import create_app
+
+    bases = [open_knowledge_base(path) for path in kb]
+    service = ServiceDirectory(data) if data is not None else None
+    return create_app(bases, settings=settings, service=service)
+
+
+def _served_names(kb: list[Path], data: Path | None) -> list[str]:
+    """Check the directories before serving; the knowledge bases' names."""
+    from agentic_retrieval.kb.loader import open_knowledge_base
+    from agentic_retrieval.kb.service import ServiceDirectory
+
+    names = []
+    for path in kb:
+        opened = open_knowledge_base(path)  # fails here, in one line, on a broken directory
+        names.append(opened.name)
+        for source in opened.sources.values():
+            getattr(source, "close", lambda: None)()  # workers open their own connections
+    if len(set(names)) != len(names):
+        raise UserError(f"two --kb directories hold knowledge bases with the same name: {names}")
+    if data is not None:
+        try:
+            service = ServiceDirectory(data)
+        except OSError as exc:
+            raise UserError(f"--data {data}: {exc.strerror or exc}") from None
+        service.remove_orphans()
+        service.reconcile_ingestion()  # runs a killed server left "in progress"
+        names += [d.name for d in service.definitions("knowledgeBase")]
+        service.close()
+    return names
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with one line now rather than with uvicorn's log lines after start-up."""
+    import socket
+
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

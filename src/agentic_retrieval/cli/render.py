@@ -1,0 +1,211 @@
+"""What the command line prints: its two consoles, progress, and a retrieve response.
+
+``out`` is the command's output (stdout); ``err`` carries progress, notes, warnings and errors
+(stderr, one message a line), so piped output holds only the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agentic_retrieval.graph.events import (
+    Answering,
+    Assessing,
+    Escalating,
+    FollowingUp,
+    Planning,
+    ProgressNote,
+    Reranking,
+    Searching,
+)
+from agentic_retrieval.sources.local import IndexProgress
+from agentic_retrieval.wire.models import RetrieveResponse
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # one message, one line
+
+
+PREVIEW_CHARS = 400
+"""Characters of each grounding chunk shown by ``retrieve`` (whole words)."""
+
+
+@contextmanager
+def index_progress(label: str) -> Iterator[Callable[[IndexProgress], None]]:
+    """A progress bar on stderr (none when it is not a terminal), fed by the yielded callback."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    # on a pipe or in a log a bar is noise (and leaves a blank line before an error message)
+    quiet = not err.is_terminal
+    with Progress(*columns, console=err, transient=True, disable=quiet) as progress:
+        task = progress.add_task(label, total=None)
+
+        def report(event: IndexProgress) -> None:
+            progress.update(task, total=event.total, completed=event.done)
+
+        yield report
+
+
+def status_updater(status: Any) -> Callable[[ProgressNote], None]:
+    """A callback that shows each progress note of a run on ``status`` (a rich status line)."""
+
+    def update(note: ProgressNote) -> None:
+        match note:
+            case Searching(searches=searches):
+                status.update(f"searching {searches} (subquery × source)…")
+            case Reranking(candidates=candidates):
+                status.update(f"reranking {candidates} candidates…")
+            case Planning() | Assessing() | Answering() | FollowingUp():
+                status.update(f"{note.event}…")
+            case Escalating(to=to):
+                status.update(f"escalating to {to}…")
+
+    return update
+
+
+def render_response(response: RetrieveResponse, question: str, top: int | None = None) -> None:
+    """Print a readable view: plan, searches, ranked references, the answer."""
+    out.print(f"[bold]Question:[/bold] {question}")
+    activity = [record.model_dump(by_alias=True) for record in response.activity or []]
+    _render_plan(activity)
+    _render_effort(activity)
+    _render_searches(activity)
+    _render_references(response, top)
+    _render_relevance(activity)
+    _render_text(response)
+
+
+def _render_plan(activity: list[dict[str, Any]]) -> None:
+    for record in activity:
+        if record["type"] == "modelQueryPlanning":
+            out.print(
+                f"[bold]Plan:[/bold] model query planning, {record.get('inputTokens', 0)} in / "
+                f"{record.get('outputTokens', 0)} out tokens, {record.get('elapsedMs')} ms"
+            )
+            return
+    out.print("[bold]Plan:[/bold] no LLM planning (the question is searched as is)")
+
+
+def _render_effort(activity: list[dict[str, Any]]) -> None:
+    """The ``auto`` effort's decisions: the tier each step ran at, and why it moved on."""
+    for record in activity:
+        for decision in record.get("effortDecisions") or []:
+            to = decision.get("escalateTo")
+            move = f"{decision.get('tier')} → {to}" if to else f"stays {decision.get('tier')}"
+            out.print(f"[bold]Effort (auto):[/bold] {move}: {decision.get('reason')}")
+
+
+def _render_searches(activity: list[dict[str, Any]]) -> None:
+    table = Table(title="Searches", title_justify="left")
+    for column in ("#", "subquery", "source", "hits", "ms", "error"):
+        table.add_column(column)
+    for record in activity:
+        arguments = next((v for k, v in record.items() if k.endswith("Arguments")), None)
+        if not isinstance(arguments, dict):
+            continue
+        error = (record.get("error") or {}).get("message", "")
+        table.add_row(
+            str(record["id"]),
+            str(arguments.get("search", "")),
+            str(record.get("knowledgeSourceName", "")),
+            str(record.get("count", 0)),
+            str(record.get("elapsedMs", "")),
+            error,
+        )
+    out.print(table)
+
+
+def _render_references(response: RetrieveResponse, top: int | None) -> None:
+    """Each reference: ref_id, score and docKey on one line, then title and page.
+
+    Not a table: a docKey is an id to copy, and a table squeezed into 80 columns (piped
+    output) broke it mid-word.
+    """
+    grounded = {str(c.get("ref_id")): c for c in _grounding(response.text)}
+    shown = response.references[:top] if top else response.references
+    out.print(f"[bold]References (ranked):[/bold] {len(response.references)}")
+    for ref in shown:
+        score = "" if ref.reranker_score is None else f"{ref.reranker_score:.2f}"
+        data = ref.source_data or grounded.get(ref.id, {})
+        page = data.get("page")
+        out.print(f"  [{ref.id}] {score:>4}  {ref.doc_key or ''}", markup=False)
+        where = str(data.get("title") or "") + ("" if page is None else f", page {page}")
+        if where:
+            out.print(f"            {where}", markup=False)
+
+
+def _render_relevance(activity: list[dict[str, Any]]) -> None:
+    """What was left out and why, and whether the ranking was judged or only ordered.
+
+    The same facts as the JSON's search-record warnings and semanticReranker record, so an
+    empty or short result is never a silent one.
+    """
+    for record in activity:
+        if record.get("warning") and "knowledgeSourceName" in record:
+            out.print(
+                f"Left out ({record['knowledgeSourceName']}, search #{record['id']}): "
+                f"{record['warning']}",
+                markup=False,
+            )
+    reranks = [r for r in activity if r["type"] == "semanticReranker"]
+    if not reranks:
+        return
+    last = reranks[-1]
+    candidates, calibrated = last.get("candidateCount", 0), last.get("calibratedCount", 0)
+    coverage = last.get("termCoverage")
+    held = (
+        ""
+        if coverage is None
+        else f"; the top passages hold {coverage:.0%} of the question's words"
+    )
+    if candidates and calibrated < candidates:
+        out.print(
+            f"Relevance: {candidates - calibrated} of {candidates} candidates have no "
+            f"calibrated relevance score ({last.get('reranker')}): they are ranked, not "
+            f"judged, so the default threshold does not cut them{held}.",
+            markup=False,
+        )
+    elif candidates:
+        out.print(
+            f"Relevance: {candidates} candidates scored by {last.get('reranker')} "
+            f"(calibrated relevance){held}.",
+            markup=False,
+        )
+    else:
+        out.print("Relevance: the searches found no candidate.", markup=False)
+
+
+def _render_text(response: RetrieveResponse) -> None:
+    text = response.text
+    if text.lstrip().startswith("["):
+        chunks = _grounding(text)
+        out.print(f"[bold]Grounding data:[/bold] {len(chunks)} chunks, {len(text)} characters")
+        for chunk in chunks:
+            snippet = " ".join(str(chunk.get("content", "")).split())
+            if len(snippet) > PREVIEW_CHARS:
+                snippet = snippet[:PREVIEW_CHARS].rsplit(" ", 1)[0] + " …"
+            out.print(f"  [{chunk.get('ref_id')}] {snippet}", markup=False)
+        if chunks:
+            out.print("(--json prints the whole grounding text)")
+    else:
+        out.print("[bold]Answer:[/bold]")
+        out.print(Markdown(text))
+
+
+def _grounding(text: str) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
