@@ -10,7 +10,7 @@ Two labelled question sets:
   skipped when absent), never looked at while choosing the thresholds.
 
 No real model is called. The chat model is a *rule-based script*: planning splits the last
-question into its asks (:func:`agentic_retrieval.effort.split_asks`) and, for
+question into its asks (:func:`agentic_retrieval.graph.effort.split_asks`) and, for
 a follow-up, prefixes the previous question's content words; evidence assessment always
 answers "sufficient". So model calls and tokens per question are exact for the pipeline's
 call pattern (tokens are the script's fixed 120 in / 30 out per call), latency is the
@@ -38,9 +38,9 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from agentic_retrieval.context import Threshold
-from agentic_retrieval.effort import REFERRING_WORDS, split_asks
 from agentic_retrieval.eval import Configuration, Question, evaluate
 from agentic_retrieval.eval.report import EvalReport
+from agentic_retrieval.graph.effort import REFERRING_WORDS, split_asks
 from agentic_retrieval.kb.loader import build_sample_kb, sample_questions
 from agentic_retrieval.testing import Script, ScriptedChatModel
 from agentic_retrieval.text import tokenize

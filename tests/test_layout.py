@@ -35,8 +35,9 @@ def test_no_test_imports_conftest_or_another_test_module():
 SRC = TESTS.parent / "src" / "agentic_retrieval"
 PACKAGE = "agentic_retrieval"
 
-CORE = ("vocabulary", "records", "state", "effort", "context", "prompts", "graph", "nodes")
-"""The graph and what it is made of: state, records, the effort policy, nodes, wiring."""
+CORE = ("state", "context", "graph", "nodes", "llm.prompts")
+"""The graph and what it is made of: state, settings, nodes, wiring, and in graph/ the
+vocabulary, the records and the effort policy."""
 EDGES = (
     "wire",
     "server",
@@ -146,3 +147,26 @@ def test_the_command_line_registers_its_commands_in_one_place():
         return False
 
     assert violations(wrong) == []
+
+
+ROOT = (
+    "__init__",  # the public API
+    "context",
+    "errors",
+    "state",
+    "knowledge_base",  # the Python facade
+    "retriever",
+    "tool",
+    "permissions",
+    "embeddings",
+    "checkpointing",
+    "studio",
+    "testing",
+)
+"""The package root: public entry points only, each a module README documents or the root
+exports from (everything else lives in the package it belongs to)."""
+
+
+def test_the_package_root_keeps_the_public_entry_points_only():
+    assert sorted(path.stem for path in SRC.glob("*.py")) == sorted(ROOT)
+    assert len(ROOT) <= 12

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from agentic_retrieval.llm.chat_models import Usage
-from agentic_retrieval.llm.schemas import EvidenceAssessment, SupportedPoint
-from agentic_retrieval.records import (
+from agentic_retrieval.graph.records import (
     ACTIVITY_TYPES,
     ErrorInfo,
     KnowledgeSourceParams,
@@ -24,6 +22,8 @@ from agentic_retrieval.records import (
     Subquery,
     TierDecision,
 )
+from agentic_retrieval.llm.chat_models import Usage
+from agentic_retrieval.llm.schemas import EvidenceAssessment, SupportedPoint
 from agentic_retrieval.sources.base import Hit
 
 STATE_TYPES: tuple[type, ...] = (

@@ -23,10 +23,10 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from pydantic import ValidationError
 
-from agentic_retrieval import prompts
 from agentic_retrieval.errors import ThresholdSettingError
+from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort
+from agentic_retrieval.llm import prompts
 from agentic_retrieval.permissions import Identity
-from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 
 MODEL_STRING = "a 'provider:model' string"
 DEFAULT_RERANKER_THRESHOLD = 2.5

@@ -28,12 +28,12 @@ from agentic_retrieval.errors import (
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.builder import RetrievalGraph, compile_graph
 from agentic_retrieval.graph.sync import run_sync
+from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.retriever import KnowledgeBaseRetriever
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.tool import KnowledgeBaseTool, knowledge_base_tool
-from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.wire.events import RetrieveEvent, RetrieveEvents, extensions_from
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 from agentic_retrieval.wire.retrieve import (

@@ -23,9 +23,9 @@ from pydantic import ConfigDict
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.graph.sync import run_sync
+from agentic_retrieval.graph.vocabulary import RequestedEffort
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.vocabulary import RequestedEffort
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
 
 

@@ -2,7 +2,7 @@
 
 The schemas are dataclasses, so every field has its default on the schema and nodes read
 ``state.ranked`` rather than restating defaults. The values they hold are the typed records of
-:mod:`agentic_retrieval.records`. Each field declares its *scope* in its metadata, and the
+:mod:`agentic_retrieval.graph.records`. Each field declares its *scope* in its metadata, and the
 scopes decide what a turn on a checkpointed thread (``thread_id``) keeps:
 
 - ``conversation`` (``messages``): accumulates across turns.
@@ -33,8 +33,7 @@ from langgraph.channels import UntrackedValue
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from agentic_retrieval.llm.schemas import EvidenceAssessment
-from agentic_retrieval.records import (
+from agentic_retrieval.graph.records import (
     AnyActivity,
     Drops,
     RankedHit,
@@ -44,7 +43,8 @@ from agentic_retrieval.records import (
     Subquery,
     TierDecision,
 )
-from agentic_retrieval.vocabulary import Effort, Planner, RequestedEffort
+from agentic_retrieval.graph.vocabulary import Effort, Planner, RequestedEffort
+from agentic_retrieval.llm.schemas import EvidenceAssessment
 
 T = TypeVar("T")
 

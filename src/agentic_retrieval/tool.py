@@ -38,6 +38,7 @@ from agentic_retrieval.errors import (
 )
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.sync import run_sync
+from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.odata import ODataError, check_fields, parse_filter
 from agentic_retrieval.odata.compose import and_filters
 from agentic_retrieval.odata.fields import describe_schema
@@ -48,7 +49,6 @@ from agentic_retrieval.sources.base import (
     KnowledgeSource,
     TypedFilterableKnowledgeSource,
 )
-from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.wire.models import RetrieveResponse
 from agentic_retrieval.wire.retrieve import conversation_request, known_fields, prepare
 from agentic_retrieval.wire.summary import failed_sources

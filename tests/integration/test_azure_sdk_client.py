@@ -27,7 +27,7 @@ from azure.search.documents.knowledgebases.models import (
 from tests.fakes import unreachable_index
 from tests.server_harness import running_server, transit_kb
 
-from agentic_retrieval.effort import NO_MODEL_NOTE
+from agentic_retrieval.graph.effort import NO_MODEL_NOTE
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.testing import Script, ScriptedChatModel
 

@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.fakes import unreachable_index
 from tests.server_harness import running_server, transit_kb
 
-from agentic_retrieval.effort import NO_MODEL_NOTE
+from agentic_retrieval.graph.effort import NO_MODEL_NOTE
 from agentic_retrieval.server import ServerSettings, create_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

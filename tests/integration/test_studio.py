@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentic_retrieval.effort import NO_MODEL_NOTE
+from agentic_retrieval.graph.effort import NO_MODEL_NOTE
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.permissions import Permissions
 

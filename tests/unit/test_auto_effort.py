@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from agentic_retrieval import Context, KnowledgeBase
 from agentic_retrieval.cli.app import app as cli_app
-from agentic_retrieval.effort import NO_MODEL_NOTE, count_asks, question_signals
+from agentic_retrieval.graph.effort import NO_MODEL_NOTE, count_asks, question_signals
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.server.mcp import build_mcp_server
 from agentic_retrieval.testing import ScriptedChatModel

@@ -12,9 +12,9 @@ import time
 import pytest
 from tests.server_harness import FARES, transit_kb
 
+from agentic_retrieval.graph.records import RetrievedHit
 from agentic_retrieval.nodes import rerank as rerank_module
 from agentic_retrieval.nodes.rerank import unique_candidates
-from agentic_retrieval.records import RetrievedHit
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.sources.base import Hit
 from agentic_retrieval.sources.local.store import fts_match_expression

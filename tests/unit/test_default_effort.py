@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from agentic_retrieval import Context, KnowledgeBase, build_graph
 from agentic_retrieval.cli import app as cli_app
-from agentic_retrieval.effort import INTENTS_AT_MEDIUM_NOTE, NO_MODEL_NOTE
 from agentic_retrieval.errors import ModelRequiredError
+from agentic_retrieval.graph.effort import INTENTS_AT_MEDIUM_NOTE, NO_MODEL_NOTE
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.server.mcp import build_mcp_server
 from agentic_retrieval.testing import ScriptedChatModel

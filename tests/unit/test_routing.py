@@ -17,8 +17,8 @@ from langgraph.types import Send
 from tests.fakes import FailingSource
 
 from agentic_retrieval import Context, build_graph
+from agentic_retrieval.graph.records import SearchTask, Subquery
 from agentic_retrieval.graph.routing import follow
-from agentic_retrieval.records import SearchTask, Subquery
 from agentic_retrieval.state import RetrievalState, Scope, Update, scope_of
 from agentic_retrieval.testing import ScriptedChatModel
 

@@ -11,8 +11,8 @@ from typing import cast
 
 from agentic_retrieval.context import Context, Threshold
 from agentic_retrieval.errors import EvalConfigurationError
-from agentic_retrieval.vocabulary import OUTPUT_MODES, OutputMode, RequestedEffort
-from agentic_retrieval.vocabulary import REQUESTED_EFFORTS as EFFORTS
+from agentic_retrieval.graph.vocabulary import OUTPUT_MODES, OutputMode, RequestedEffort
+from agentic_retrieval.graph.vocabulary import REQUESTED_EFFORTS as EFFORTS
 
 RETRIEVALS = ("lexical", "hybrid")
 DEFAULT_TOP_N = 100

@@ -14,8 +14,8 @@ from langchain_core.language_models import BaseChatModel
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import UnknownKnowledgeSourceError
+from agentic_retrieval.graph.records import SourceParams
 from agentic_retrieval.llm.chat_models import ChatModels
-from agentic_retrieval.records import SourceParams
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.rerankers.passthrough import PassthroughReranker
 from agentic_retrieval.sources.base import KnowledgeSource

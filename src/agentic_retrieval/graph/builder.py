@@ -26,6 +26,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.records import SearchTask
 from agentic_retrieval.graph.routing import follow
 from agentic_retrieval.graph.runtime import BoundNode, NodeBody
 from agentic_retrieval.graph.schema import described
@@ -39,7 +40,6 @@ from agentic_retrieval.nodes.rerank import rerank
 from agentic_retrieval.nodes.respond import respond
 from agentic_retrieval.nodes.search import search
 from agentic_retrieval.nodes.synthesize import synthesize
-from agentic_retrieval.records import SearchTask
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import InputState, OutputState, RetrievalState

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, get_args
 
 from pydantic.alias_generators import to_camel
 
-from agentic_retrieval.records import AnyActivity, timestamp
+from agentic_retrieval.graph.records import AnyActivity, timestamp
 
 ACTIVITY_STARTED = "activity.started"
 ACTIVITY_COMPLETED = "activity.completed"

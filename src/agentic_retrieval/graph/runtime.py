@@ -32,8 +32,8 @@ from agentic_retrieval.graph.events import (
     StepStarted,
     step_clock,
 )
+from agentic_retrieval.graph.records import Activity, AnyActivity
 from agentic_retrieval.graph.sync import run_sync
-from agentic_retrieval.records import Activity, AnyActivity
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import Update
 

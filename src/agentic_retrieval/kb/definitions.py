@@ -23,8 +23,8 @@ from pydantic.alias_generators import to_camel
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindError
+from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
 from agentic_retrieval.odata import FieldKind
-from agentic_retrieval.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
 from agentic_retrieval.wire.models import describe_validation_error
 
 ETAG_FIELD = "@odata.etag"

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import ModelNotConfiguredError, ModelUnavailableError
-from agentic_retrieval.vocabulary import ModelRole
+from agentic_retrieval.graph.vocabulary import ModelRole
 
 logger = logging.getLogger(__name__)
 

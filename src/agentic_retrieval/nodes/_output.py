@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentic_retrieval.records import RankedHit, SourceParams
-from agentic_retrieval.vocabulary import DropReason, wire_kind
+from agentic_retrieval.graph.records import RankedHit, SourceParams
+from agentic_retrieval.graph.vocabulary import DropReason, wire_kind
 
 
 def format_passages(ranked: Sequence[RankedHit], max_chars: int) -> tuple[str, list[int]]:

@@ -14,9 +14,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.llm.chat_models import StructuredResult, Usage
-from agentic_retrieval.odata import and_filters
-from agentic_retrieval.records import (
+from agentic_retrieval.graph.records import (
     Activity,
     ErrorInfo,
     ModelCallActivity,
@@ -24,6 +22,8 @@ from agentic_retrieval.records import (
     SourceParams,
     Subquery,
 )
+from agentic_retrieval.llm.chat_models import StructuredResult, Usage
+from agentic_retrieval.odata import and_filters
 from agentic_retrieval.state import RetrievalState
 from agentic_retrieval.text import same_words_key
 

@@ -2,7 +2,7 @@
 
 One structured call judges sufficiency and confidence, extracts key points with their
 ref_ids, and proposes follow-up queries for what is missing. While the evidence is
-insufficient and the iteration budget allows (:func:`~agentic_retrieval.effort.within_budget`,
+insufficient and the iteration budget allows (:func:`~agentic_retrieval.graph.effort.within_budget`,
 the one check of ``max_iterations``), the follow-ups become the next retrieval round, fanned
 out to ``search``; otherwise the run goes on to ``synthesize``. When the output cannot be
 parsed twice the node degrades to "sufficient" with an error record, so the run still
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from agentic_retrieval.effort import within_budget
 from agentic_retrieval.graph.bindings import allowed_sources
+from agentic_retrieval.graph.effort import within_budget
 from agentic_retrieval.graph.events import Assessing, FollowingUp
+from agentic_retrieval.graph.records import EvidenceActivity, Subquery
 from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment
@@ -28,7 +29,6 @@ from agentic_retrieval.nodes._shared import (
     resolve_subqueries,
     today,
 )
-from agentic_retrieval.records import EvidenceActivity, Subquery
 from agentic_retrieval.state import RetrievalState, Update
 from agentic_retrieval.text import same_words_key
 

@@ -5,8 +5,8 @@ The first node of every turn, with no model call. It resets the run fields of th
 must not rerank the first turn's hits (which may have been retrieved under another security
 filter), re-run its subqueries, inherit its partial/timed-out flags or measure its time limit
 from the first turn. It then records the turn once for the nodes that follow: its question,
-per-source parameters, effort (:func:`~agentic_retrieval.effort.choose_effort`) and who plans
-it (:func:`~agentic_retrieval.effort.planner_for`), and sends the run on:
+per-source parameters, effort (:func:`~agentic_retrieval.graph.effort.choose_effort`) and who plans
+it (:func:`~agentic_retrieval.graph.effort.planner_for`), and sends the run on:
 
 - ``judge_question`` for the ``auto`` effort (which also judges every reranked round);
 - ``plan_queries`` when the planning model plans (``low``, ``medium``; ``medium`` has the
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import time
 
-from agentic_retrieval.effort import choose_effort, planner_for
 from agentic_retrieval.errors import InvalidRequestError
+from agentic_retrieval.graph.effort import choose_effort, planner_for
+from agentic_retrieval.graph.records import Subquery, parse_source_params
 from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.graph.schema import run_reset
 from agentic_retrieval.nodes._shared import last_user_text
-from agentic_retrieval.records import Subquery, parse_source_params
 from agentic_retrieval.state import RetrievalState, Update
 
 

@@ -1,8 +1,8 @@
 """``judge_question`` (``auto`` effort): can the question be searched as it is?
 
 No model call. Before anything is searched, the question's shape
-(:func:`~agentic_retrieval.effort.question_signals`) decides whether the model-free tier can
-handle it (:func:`~agentic_retrieval.effort.needs_planning`): a question with several distinct
+(:func:`~agentic_retrieval.graph.effort.question_signals`) decides whether the model-free tier can
+handle it (:func:`~agentic_retrieval.graph.effort.needs_planning`): a question with several distinct
 asks, a follow-up that only makes sense with the earlier turns, or a message with no
 searchable words (a greeting, thanks) escalates to the planning tier (``plan_queries``);
 anything else is searched as asked (``prepare_searches``). The decision and the measured
@@ -11,10 +11,10 @@ signals are recorded in ``tier_decisions`` (and in the ``agenticReasoning`` reco
 
 from __future__ import annotations
 
-from agentic_retrieval.effort import needs_planning, question_signals, searchable_reason
+from agentic_retrieval.graph.effort import needs_planning, question_signals, searchable_reason
 from agentic_retrieval.graph.events import Escalating
+from agentic_retrieval.graph.records import TierDecision
 from agentic_retrieval.graph.runtime import Run
-from agentic_retrieval.records import TierDecision
 from agentic_retrieval.state import RetrievalState, Update
 
 

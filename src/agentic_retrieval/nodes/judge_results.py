@@ -1,10 +1,10 @@
 """``judge_results`` (``auto`` effort): are a round's ranked passages strong enough?
 
 No model call. After the model-free round, or the planned round, is reranked, the results'
-strength (:func:`~agentic_retrieval.effort.result_signals`: the best passage's score, how far
+strength (:func:`~agentic_retrieval.graph.effort.result_signals`: the best passage's score, how far
 it stands above the next ones, how much of the question's wording the top passages hold, how
 many of the searched sources agree) is compared with the ``auto_*`` thresholds of the
-Context (:func:`~agentic_retrieval.effort.weaknesses`). Weak model-free results escalate to
+Context (:func:`~agentic_retrieval.graph.effort.weaknesses`). Weak model-free results escalate to
 planning (``plan_queries``); weak planned results escalate to evidence assessment
 (``assess_evidence``, which then judges every later round, with follow-up rounds up to
 ``max_iterations``); strong results, or a run out of time, go to the output
@@ -13,11 +13,11 @@ planning (``plan_queries``); weak planned results escalate to evidence assessmen
 
 from __future__ import annotations
 
-from agentic_retrieval.effort import NEXT_TIER, result_signals, strong_reason, weaknesses
+from agentic_retrieval.graph.effort import NEXT_TIER, result_signals, strong_reason, weaknesses
 from agentic_retrieval.graph.events import Escalating
+from agentic_retrieval.graph.records import TierDecision
 from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.nodes._shared import remaining_seconds, searched_sources, searched_text
-from agentic_retrieval.records import TierDecision
 from agentic_retrieval.state import RetrievalState, Update
 
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from agentic_retrieval import prompts
 from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.graph.events import Planning
+from agentic_retrieval.graph.records import ErrorInfo, PlanningActivity, Subquery
 from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.llm import prompts
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import QueryPlan
 from agentic_retrieval.nodes._shared import (
@@ -31,7 +32,6 @@ from agentic_retrieval.nodes._shared import (
     with_instructions,
 )
 from agentic_retrieval.odata import ODataError, parse_filter
-from agentic_retrieval.records import ErrorInfo, PlanningActivity, Subquery
 from agentic_retrieval.sources.base import FilterableKnowledgeSource
 from agentic_retrieval.state import RetrievalState, Update
 

@@ -20,9 +20,18 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from agentic_retrieval.context import Context, applied_threshold
-from agentic_retrieval.effort import result_signals
+from agentic_retrieval.graph.effort import result_signals
 from agentic_retrieval.graph.events import Reranking
+from agentic_retrieval.graph.records import (
+    Drops,
+    ErrorInfo,
+    RankedHit,
+    RerankActivity,
+    RetrievedHit,
+    SourceParams,
+)
 from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.graph.vocabulary import DropReason
 from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.nodes._shared import (
     next_round,
@@ -30,14 +39,6 @@ from agentic_retrieval.nodes._shared import (
     results_processing,
     searched_sources,
     searched_text,
-)
-from agentic_retrieval.records import (
-    Drops,
-    ErrorInfo,
-    RankedHit,
-    RerankActivity,
-    RetrievedHit,
-    SourceParams,
 )
 from agentic_retrieval.rerankers.base import (
     Reranker,
@@ -48,7 +49,6 @@ from agentic_retrieval.rerankers.base import (
 from agentic_retrieval.rerankers.lexical import LexicalReranker
 from agentic_retrieval.state import RetrievalState, Update
 from agentic_retrieval.text import SKETCH_SIZE, jaccard, shingles, sketch
-from agentic_retrieval.vocabulary import DropReason
 
 logger = logging.getLogger(__name__)
 NEAR_DUPLICATE_JACCARD = 0.9

@@ -16,10 +16,7 @@ from langchain_core.messages import AIMessage
 from agentic_retrieval.context import Context, applied_threshold
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.events import Done
-from agentic_retrieval.graph.runtime import Run
-from agentic_retrieval.nodes._output import drop_warning, render_references
-from agentic_retrieval.nodes._shared import remaining_seconds, total_usage
-from agentic_retrieval.records import (
+from agentic_retrieval.graph.records import (
     Activity,
     AnyActivity,
     Drops,
@@ -30,6 +27,9 @@ from agentic_retrieval.records import (
     SearchActivity,
     render_activity,
 )
+from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.nodes._output import drop_warning, render_references
+from agentic_retrieval.nodes._shared import remaining_seconds, total_usage
 from agentic_retrieval.sources.base import NEWEST_GA_API_VERSION, CitableKnowledgeSource
 from agentic_retrieval.state import RetrievalState, Update
 

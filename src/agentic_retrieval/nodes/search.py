@@ -20,15 +20,15 @@ from pydantic import ValidationError
 
 from agentic_retrieval.errors import SourceError
 from agentic_retrieval.graph.events import Searched
-from agentic_retrieval.graph.runtime import Run
-from agentic_retrieval.odata import ODataError
-from agentic_retrieval.records import (
+from agentic_retrieval.graph.records import (
     ErrorInfo,
     RetrievedHit,
     SearchActivity,
     SearchTask,
     SourceFailure,
 )
+from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.odata import ODataError
 from agentic_retrieval.sources.base import (
     Hit,
     KnowledgeSource,

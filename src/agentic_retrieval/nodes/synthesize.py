@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from agentic_retrieval import prompts
 from agentic_retrieval.graph.events import Answering
+from agentic_retrieval.graph.records import AnswerActivity, ErrorInfo, RankedHit
 from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.llm import prompts
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment, SynthesizedAnswer
 from agentic_retrieval.nodes._output import format_passages, grounding_string
 from agentic_retrieval.nodes._shared import remaining_seconds, today, with_instructions
-from agentic_retrieval.records import AnswerActivity, ErrorInfo, RankedHit
 from agentic_retrieval.state import RetrievalState, Update
 from agentic_retrieval.text.citations import validate_citations
 

@@ -45,7 +45,7 @@ from pydantic import BaseModel, Field
 
 from agentic_retrieval.errors import RerankError
 from agentic_retrieval.llm.chat_models import Usage, structured_call
-from agentic_retrieval.prompts import (
+from agentic_retrieval.llm.prompts import (
     LISTWISE_GRADER_PROMPT,
     POINTWISE_GRADER_PROMPT,
 )

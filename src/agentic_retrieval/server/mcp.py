@@ -41,13 +41,13 @@ from agentic_retrieval.errors import (
     InvalidRequestError,
     ModelRequiredError,
 )
+from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.mcp_errors import PlainTransportErrors, argument_problem
 from agentic_retrieval.server.requests import path_name_error, public_base_url
-from agentic_retrieval.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.wire.events import (
     ERROR,
     RESPONSE_COMPLETED,

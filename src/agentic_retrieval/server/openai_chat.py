@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.vocabulary import REQUESTED_EFFORTS
 from agentic_retrieval.kb.definitions import MAX_NAME_CHARS
 from agentic_retrieval.server.openai_errors import OpenAIError
-from agentic_retrieval.vocabulary import REQUESTED_EFFORTS
 from agentic_retrieval.wire.models import RetrieveResponse
 from agentic_retrieval.wire.summary import failed_sources, passages_text
 

@@ -22,8 +22,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from agentic_retrieval.records import KnowledgeSourceParams
-from agentic_retrieval.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
+from agentic_retrieval.graph.records import KnowledgeSourceParams
+from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
 
 SUPPORTED_API_VERSIONS = (
     "2026-04-01",

@@ -22,7 +22,6 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import ValidationError
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.effort import EffortChoice, choose_effort, planner_for
 from agentic_retrieval.errors import (
     InvalidRequestError,
     KnowledgeSourceFailedError,
@@ -32,6 +31,8 @@ from agentic_retrieval.errors import (
     UnknownKnowledgeSourceError,
 )
 from agentic_retrieval.graph.bindings import Bindings, allowed_sources
+from agentic_retrieval.graph.effort import EffortChoice, choose_effort, planner_for
+from agentic_retrieval.graph.vocabulary import ModelRole
 from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR
 from agentic_retrieval.odata import (
     FieldSchema,
@@ -46,7 +47,6 @@ from agentic_retrieval.sources.base import (
     TypedFilterableKnowledgeSource,
 )
 from agentic_retrieval.state import InputState
-from agentic_retrieval.vocabulary import ModelRole
 from agentic_retrieval.wire.models import (
     ActivityRecord,
     MessageContent,

@@ -15,11 +15,11 @@ from agentic_retrieval.cli.render import err, render_response, status_updater
 from agentic_retrieval.cli.retrieving import build_request, run_retrieve
 from agentic_retrieval.context import THRESHOLD_ENV_VAR
 from agentic_retrieval.errors import FilterFieldError, ODataError
+from agentic_retrieval.graph.vocabulary import OUTPUT_MODES, REQUESTED_EFFORTS
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.odata import Expr, check_fields, parse_filter
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.sources.base import TypedFilterableKnowledgeSource
-from agentic_retrieval.vocabulary import OUTPUT_MODES, REQUESTED_EFFORTS
 from agentic_retrieval.wire.models import RetrieveResponse
 from agentic_retrieval.wire.retrieve import effort_warnings, known_fields
 

@@ -5,7 +5,7 @@ on, the thresholds it compares them with, and the follow-up budget.
 The tier is decided once, when a turn begins (:func:`choose_effort`, :func:`planner_for`), and
 recorded in the state; ``auto`` then moves up only on measured facts. No model is involved in
 measuring: each signal is computed from the conversation or from the ranked passages, recorded
-with the decision it led to (:class:`~agentic_retrieval.records.TierDecision`) and compared
+with the decision it led to (:class:`~agentic_retrieval.graph.records.TierDecision`) and compared
 with a threshold of the :class:`~agentic_retrieval.context.Context`, so a reader can check
 every escalation against the numbers that caused it.
 
@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass
 from langchain_core.messages import BaseMessage
 
 from agentic_retrieval.context import Context
+from agentic_retrieval.graph.records import RankedHit
+from agentic_retrieval.graph.vocabulary import Effort, Planner, RequestedEffort
 from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR
-from agentic_retrieval.records import RankedHit
 from agentic_retrieval.text import token_set, tokenize
-from agentic_retrieval.vocabulary import Effort, Planner, RequestedEffort
 
 # --- the tier a turn starts at ----------------------------------------------------------------
 

@@ -20,15 +20,15 @@ from typing import Any, ClassVar, get_args
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from agentic_retrieval.llm.chat_models import ModelIdentity, Usage
-from agentic_retrieval.sources.base import Hit
-from agentic_retrieval.vocabulary import (
+from agentic_retrieval.graph.vocabulary import (
     DropReason,
     Effort,
     JudgedStep,
     ResultsProcessing,
     wire_kind,
 )
+from agentic_retrieval.llm.chat_models import ModelIdentity, Usage
+from agentic_retrieval.sources.base import Hit
 
 # --- what the caller asked, what the run searched and found ---------------------------------
 
@@ -182,7 +182,7 @@ class ErrorInfo(BaseModel):
 class TierDecision(BaseModel):
     """One decision of the ``auto`` effort: stay at a tier or escalate, and why.
 
-    ``signals`` are the measured facts (:mod:`agentic_retrieval.effort`) the decision
+    ``signals`` are the measured facts (:mod:`agentic_retrieval.graph.effort`) the decision
     compared with the ``auto_*`` thresholds of the Context.
     """
 
