@@ -30,22 +30,15 @@ from agentic_retrieval.kb.definitions import (
     KnowledgeSourceDefinition,
 )
 from agentic_retrieval.kb.index_documents import IndexDocuments
-from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.service import ServiceDirectory
+from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
-from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
 from agentic_retrieval.sources.local.documents import DocumentStore
 
 T = TypeVar("T")
 
-FILE_FILTER_SCHEMA: dict[str, frozenset[FieldKind]] = {
-    "file_name": frozenset({"string"}),
-    "title": frozenset({"string"}),
-    "page": frozenset({"number"}),
-}
-"""What a filter on a file knowledge source's chunks may name."""
 MAX_CACHED = 512
 """Most live objects (knowledge bases, index documents, file stores) kept built at once."""
 
@@ -152,47 +145,7 @@ class ServiceCatalog:
         if stored is None:
             return None
         definition = KnowledgeSourceDefinition.model_validate(stored.body)
-        if definition.kind == "file":
-            return self._file_source(definition, stored)
-        return self._index_source(definition)
-
-    def _file_source(
-        self, definition: KnowledgeSourceDefinition, stored: StoredDefinition
-    ) -> KnowledgeSource:
-        return DocumentKnowledgeSource(
-            definition.name,
-            DocumentStore(self.service.store(stored)),
-            kind="file",
-            description=definition.description or "",
-            filterable_fields=list(FILE_FILTER_SCHEMA),
-            filter_schema=FILE_FILTER_SCHEMA,
-        )
-
-    def _index_source(self, definition: KnowledgeSourceDefinition) -> KnowledgeSource | None:
-        params = definition.search_index_parameters
-        documents = self.index_documents(definition.index_name or "")
-        if params is None or documents is None:
-            return None
-        index = documents.index
-        hidden = index.permission_field_names
-        chosen = [f.name for f in params.source_data_fields or [] if f.name not in hidden]
-        return DocumentKnowledgeSource(
-            definition.name,
-            documents.documents,
-            kind="searchIndex",
-            description=definition.description or index.description or "",
-            base_filter=params.base_filter,
-            source_data_fields=chosen or None,
-            retrievable_fields=[
-                f.name
-                for f in index.fields
-                if f.is_retrievable and not f.is_vector and not f.permission_filter
-            ],
-            filterable_fields=list(index.filter_schema()),
-            index_name=index.name,
-            filter_schema=index.filter_schema(),
-            permission_fields=hidden,
-        )
+        return SOURCE_KINDS[definition.kind].build(self, definition, stored)
 
 
 def defaults_for(definition: KnowledgeBaseDefinition, base: Context | None = None) -> Context:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
@@ -28,8 +28,15 @@ from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.wire.models import describe_validation_error
 
 ETAG_FIELD = "@odata.etag"
-SUPPORTED_SOURCE_KINDS = ("searchIndex", "file")
-"""Knowledge-source kinds this service hosts."""
+HostedSourceKind = Literal["searchIndex", "file"]
+"""Knowledge-source kinds this service hosts; what each does is in kb/source_kinds.py."""
+SUPPORTED_SOURCE_KINDS: tuple[HostedSourceKind, ...] = get_args(HostedSourceKind)
+SOURCE_PARAMETERS: dict[HostedSourceKind, tuple[str, str | None]] = {
+    "searchIndex": ("search_index_parameters", "with searchIndexName"),
+    "file": ("file_parameters", None),
+}
+"""Each hosted kind's parameters (a field of :class:`KnowledgeSourceDefinition`), and what it
+must give when they are required (``None``: optional). Only a kind's own are allowed."""
 KNOWN_SOURCE_KINDS = (
     "searchIndex",
     "azureBlob",
@@ -327,7 +334,7 @@ class FileParameters(BaseModel):
 class KnowledgeSourceDefinition(Definition):
     """A knowledge source of a kind this service hosts: ``searchIndex`` or ``file``."""
 
-    kind: Literal["searchIndex", "file"]
+    kind: HostedSourceKind
     description: str | None = None
     results_processing: ResultsProcessing | None = None
     encryption_key: dict[str, Any] | None = None
@@ -542,19 +549,16 @@ def parse_knowledge_source(
         )
     source = _validate(KnowledgeSourceDefinition, body, name, "knowledge source")
     _check_name(source.name, _RESOURCE_NAME, "knowledge source", "letters, digits, '-' and '_'")
-    if source.kind == "searchIndex" and source.search_index_parameters is None:
+    own, required = SOURCE_PARAMETERS[source.kind]
+    if required is not None and getattr(source, own) is None:
         raise InvalidDefinitionError(
-            "searchIndexParameters: a searchIndex knowledge source needs searchIndexParameters "
-            "with searchIndexName"
+            f"{to_camel(own)}: a {source.kind} knowledge source needs {to_camel(own)} {required}"
         )
-    if source.kind == "file" and source.search_index_parameters is not None:
-        raise InvalidDefinitionError(
-            "searchIndexParameters: not allowed on a file knowledge source"
-        )
-    if source.kind == "searchIndex" and source.file_parameters is not None:
-        raise InvalidDefinitionError(
-            "fileParameters: not allowed on a searchIndex knowledge source"
-        )
+    for other, _ in SOURCE_PARAMETERS.values():
+        if other != own and getattr(source, other) is not None:
+            raise InvalidDefinitionError(
+                f"{to_camel(other)}: not allowed on a {source.kind} knowledge source"
+            )
     if source.file_parameters is not None:
         _check_permission_options(source.file_parameters)
     return source

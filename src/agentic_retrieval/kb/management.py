@@ -42,6 +42,7 @@ from agentic_retrieval.kb.service import (
     ServiceDirectory,
     StoredDefinition,
 )
+from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.odata import ODataError, check_fields, filter_field_names, parse_filter
 from agentic_retrieval.permissions import permission_field_filter_message
 
@@ -187,7 +188,7 @@ def put_knowledge_source(
         stored,
         conditions=conditions,
         check=check,
-        with_store=source.kind == "file",
+        with_store=SOURCE_KINDS[source.kind].owns_store,
     )
 
 

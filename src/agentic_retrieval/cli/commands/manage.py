@@ -27,7 +27,7 @@ from agentic_retrieval.cli.options import (
 )
 from agentic_retrieval.cli.render import out
 from agentic_retrieval.errors import ResourceNotFoundError
-from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition
+from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition, KnowledgeSourceDefinition
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.kb.management import delete_knowledge_base, delete_knowledge_source
 from agentic_retrieval.kb.service import DATABASE_NAME, ServiceDirectory, StoredDefinition
@@ -225,15 +225,12 @@ def _body(stored: StoredDefinition) -> dict[str, Any]:
 
 def _source_row(service: ServiceDirectory, stored: StoredDefinition) -> dict[str, Any]:
     from agentic_retrieval.kb.catalog import ServiceCatalog
+    from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 
     catalog = ServiceCatalog(service)
-    if stored.body.get("kind") == "file":
-        files = catalog.file_documents(stored.name)
-        documents = files.count() if files is not None else 0
-    else:
-        index = (stored.body.get("searchIndexParameters") or {}).get("searchIndexName", "")
-        index_documents = catalog.index_documents(index)
-        documents = index_documents.count() if index_documents is not None else 0
+    definition = KnowledgeSourceDefinition.model_validate(stored.body)
+    held = SOURCE_KINDS[definition.kind].documents(catalog, definition)
+    documents = held.count() if held is not None else 0
     return {
         "name": stored.name,
         "kind": stored.body.get("kind"),

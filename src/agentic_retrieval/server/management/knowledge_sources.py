@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
 from agentic_retrieval.kb.management import delete_knowledge_source, put_knowledge_source
 from agentic_retrieval.kb.service import IngestionHistory, IngestionRun, StoredDefinition
+from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
@@ -67,15 +68,10 @@ def _body(stored: StoredDefinition) -> dict[str, Any]:
 def _status(management: Management, stored: StoredDefinition) -> dict[str, Any]:
     service, catalog = management.require_service()
     definition = KnowledgeSourceDefinition.model_validate(stored.body)
-    if definition.kind == "file":
-        store_name = stored.store
-        documents = catalog.file_documents(definition.name)
-        count = documents.count() if documents is not None else 0
-    else:
-        index = service.get("index", definition.index_name or "")
-        store_name = index.store if index is not None else None
-        index_documents = catalog.index_documents(definition.index_name or "")
-        count = index_documents.count() if index_documents is not None else 0
+    kind = SOURCE_KINDS[definition.kind]
+    store_name = kind.store_name(service, definition, stored)
+    documents = kind.documents(catalog, definition)
+    count = documents.count() if documents is not None else 0
     history = service.ingestion(store_name) if store_name else IngestionHistory()
     body: dict[str, Any] = {
         "kind": definition.kind,
@@ -86,7 +82,7 @@ def _status(management: Management, stored: StoredDefinition) -> dict[str, Any]:
         "statistics": _statistics(history),
         "documentCount": count,
     }
-    if definition.kind == "file":
+    if kind.owns_store:  # it takes uploads
         body["fileCapacity"] = {
             "maxFileCount": management.max_files,
             "remainingFileCount": max(management.max_files - count, 0),
