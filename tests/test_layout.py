@@ -54,6 +54,22 @@ EDGES = (
 """What serves the graph to callers: the retrieve API, REST, MCP, the command line, loaders."""
 
 
+COMPONENTS = (
+    "llm.chat_models",
+    "llm.schemas",
+    "sources",
+    "rerankers",
+    "text",
+    "odata",
+    "errors",
+    "permissions",
+    "embeddings",
+)
+"""What the graph and the edges are built from: models, sources, rerankers, text, filters."""
+WORDS = ("context", "graph.vocabulary", "llm.prompts")
+"""What a component may take from the core: the run settings, the words, the prompts."""
+
+
 def library_modules() -> dict[str, Path]:
     modules = {}
     for path in SRC.rglob("*.py"):
@@ -98,6 +114,17 @@ def violations(rule) -> list[str]:
 
 def test_the_core_imports_nothing_from_the_edges():
     assert violations(lambda m, i: in_layer(m, CORE) and in_layer(i, EDGES)) == []
+
+
+def test_components_import_no_edge_and_of_the_core_only_its_words():
+    def wrong(module: str, imported: str) -> bool:
+        if not in_layer(module, COMPONENTS):
+            return False
+        return in_layer(imported, EDGES) or (
+            in_layer(imported, CORE) and not in_layer(imported, WORDS)
+        )
+
+    assert violations(wrong) == []
 
 
 def test_only_the_builder_imports_nodes_and_never_their_private_helpers():
