@@ -311,6 +311,14 @@ class RecordError(LocalStoreError, ValueError):
     """A record (or a records file) cannot be read; the message says where and why."""
 
 
+class UnsupportedFilterError(LocalStoreError, ValueError):
+    """A filter shape the lexical index has no exact query for.
+
+    Internal: the store answers that part of the filter from its SQLite file instead; it does
+    not reach a caller (see :mod:`agentic_retrieval.sources.local.tantivy_filters`).
+    """
+
+
 class StoreBusyError(StoreError):
     """Another indexing run is writing to the store; only one may at a time."""
 
