@@ -12,8 +12,8 @@ from tests.fakes import write
 from agentic_retrieval.errors import LoaderError
 from agentic_retrieval.sources.local import IndexProgress, LocalStore, index_paths
 from agentic_retrieval.sources.local import ingest as ingest_module
-from agentic_retrieval.sources.local import store as store_module
 from agentic_retrieval.sources.local.loaders import load_file
+from agentic_retrieval.sources.local.store import schema as store_schema
 
 
 def make_pdf(pages: list[str]) -> bytes:
@@ -232,7 +232,7 @@ def test_interrupted_write_leaves_previous_version(
     def crash(conn: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(store_module, "_bump_generation", crash)
+    monkeypatch.setattr(store_schema, "bump_generation", crash)
     with pytest.raises(KeyboardInterrupt):
         index_paths(store, [tmp_path / "n"], chunk_size=100, overlap=0)
     monkeypatch.undo()

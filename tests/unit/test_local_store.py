@@ -371,7 +371,7 @@ def test_metadata_json_is_stored_with_sorted_keys(tmp_path: Path) -> None:
 
 
 def test_large_indexes_generate_candidates_from_distinctive_terms(tmp_path, monkeypatch):
-    from agentic_retrieval.sources.local import store as store_module
+    from agentic_retrieval.sources.local.store import lexical as store_module
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -1,0 +1,574 @@
+"""The store itself: one SQLite file searched by BM25, optionally fused with dense vectors.
+
+:class:`LocalStore` ties the concerns of this package together: its connections and
+transactions (:mod:`.connections`), its tables (:mod:`.schema`), the lexical candidate query
+(:mod:`.lexical`), vectors (:mod:`.vectors`), filters (:mod:`.filters`), permission trimming
+(:mod:`.permissions`) and reading hits back (:mod:`.search`, :mod:`.fusion`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentic_retrieval.errors import StoreError, StoreNotFoundError
+from agentic_retrieval.odata import Expr
+from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
+from agentic_retrieval.sources.local.health import StoreHealth, is_damage
+from agentic_retrieval.sources.local.store import lexical, schema
+from agentic_retrieval.sources.local.store.connections import StoreConnections, leased
+from agentic_retrieval.sources.local.store.filters import filter_sql, read_field_levels
+from agentic_retrieval.sources.local.store.fusion import reciprocal_rank_fusion
+from agentic_retrieval.sources.local.store.permissions import (
+    AccessSummary,
+    permission_sql,
+    read_access_summary,
+    read_permissions,
+    write_permissions,
+)
+from agentic_retrieval.sources.local.store.rows import (
+    RECORD_PREFIX,
+    ChunkRecord,
+    FileState,
+    StoredHit,
+    json_default,
+)
+from agentic_retrieval.sources.local.store.search import allowed_rids, browse, fetch_hits
+from agentic_retrieval.sources.local.store.vectors import VectorIndex, vector_blobs
+
+_CANCEL_CHECK_STEPS = 10_000
+
+
+class LocalStore(StoreConnections):
+    """A SQLite-backed chunk index with BM25 and optional dense-vector search.
+
+    Args:
+        path: The database file.
+        create: Create the file (and its parent directories) when it is missing. Without it,
+            opening never creates anything: a mistyped path is an error, not a new empty
+            index.
+
+    Raises:
+        StoreNotFoundError: ``path`` does not exist and ``create`` is false.
+        StoreError: ``path`` is a directory, or a file that is not a local source index.
+
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = False) -> None:
+        path = Path(path)
+        if path.is_dir():
+            raise StoreError(
+                f"{path} is a directory: a local source is one SQLite file (e.g. "
+                f"{path / 'handbook.sqlite'}); for a knowledge-base directory use "
+                "KnowledgeBaseDirectory or kb.loader.open_knowledge_base"
+            )
+        if not path.exists():
+            if not create:
+                raise StoreNotFoundError(
+                    f"no local source index at {path} (nothing was created): check the "
+                    "path, or pass create=True to start a new one"
+                )
+            path.parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(path, create=create)
+        self._vectors = VectorIndex()
+        if not create and not schema.is_store(self._connection()):
+            raise StoreError(
+                f"{self.path} is not a local source index (it has no chunks table); "
+                "nothing was changed"
+            )
+        self._connection().executescript(schema.SCHEMA)
+        schema.migrate(self.path, self._connection(), self._write)
+        # indexes built before CJK segmentation keep their triggers: query them unsegmented
+        self.segmented = lexical.is_segmented(self._connection())
+        self._health = StoreHealth(self.path)
+        with self._write() as conn:
+            lexical.configure_rank(conn)
+            schema.record_fields_once(conn)
+        self._creating = False  # from now on a missing file was deleted: never re-create it
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        conn.create_function("fts_segment", 1, lexical.fts_segment, deterministic=True)
+        lexical.create_vocabulary(conn)
+
+    def _schema_version(self) -> int:
+        return schema.schema_version(self._connection())
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    @leased
+    def generation(self) -> int:
+        """Return the counter bumped by every committed write."""
+        return schema.read_generation(self._connection())
+
+    @leased
+    def file_state(self, path: str) -> FileState | None:
+        """Return what was indexed for ``path`` (an absolute path string), if anything."""
+        row = (
+            self._connection()
+            .execute(
+                "SELECT path, slug, content_hash, fingerprint, mtime, size, chunk_count "
+                "FROM files WHERE path = ?",
+                (path,),
+            )
+            .fetchone()
+        )
+        return FileState(*row) if row else None
+
+    @leased
+    def indexed_paths(self) -> list[str]:
+        """Every indexed file path, sorted."""
+        rows = self._connection().execute("SELECT path FROM files ORDER BY path")
+        return [r[0] for r in rows]
+
+    @leased
+    def record_ids(self, origin: str | None = None) -> list[str]:
+        """Ids of the indexed records (only those read from ``origin``, when given), sorted."""
+        sql = "SELECT path FROM files WHERE substr(path, 1, ?) = ?"
+        params: list[Any] = [len(RECORD_PREFIX), RECORD_PREFIX]
+        if origin is not None:
+            sql += " AND json_extract(metadata, '$.origin') = ?"
+            params.append(origin)
+        rows = self._connection().execute(sql + " ORDER BY path", params)
+        return [r[0][len(RECORD_PREFIX) :] for r in rows]
+
+    @leased
+    def document_keys(self) -> set[str]:
+        """Every document's key: a record's id, a file's slug (its chunk ids' prefix)."""
+        rows = self._connection().execute("SELECT slug FROM files")
+        return {r[0].removeprefix(RECORD_PREFIX) for r in rows}
+
+    @leased
+    def stored_metadata(self, path: str) -> dict[str, Any] | None:
+        """The metadata stored with ``path`` when it was indexed, or ``None`` if it is not."""
+        row = (
+            self._connection()
+            .execute("SELECT metadata FROM files WHERE path = ?", (path,))
+            .fetchone()
+        )
+        return json.loads(row[0]) if row else None
+
+    @leased
+    def count_files(self, prefix: str = "") -> int:
+        """How many indexed paths start with ``prefix``."""
+        row = (
+            self._connection()
+            .execute(
+                "SELECT count(*) FROM files WHERE substr(path, 1, ?) = ?", (len(prefix), prefix)
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    @leased
+    def files_page(
+        self, prefix: str, after: str | None, limit: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Up to ``limit`` (path, stored metadata) pairs whose path starts with ``prefix``.
+
+        In path order, starting after the path ``after``.
+        """
+        rows = self._connection().execute(
+            "SELECT path, metadata FROM files WHERE substr(path, 1, ?) = ? AND path > ? "
+            "ORDER BY path LIMIT ?",
+            (len(prefix), prefix, after or "", limit),
+        )
+        return [(row[0], json.loads(row[1])) for row in rows]
+
+    @leased
+    def count_matching_files(
+        self, text: str, filter_expr: Expr | None = None, *, access: Access = ANONYMOUS
+    ) -> int:
+        """How many files the caller may see have a chunk matching ``text`` and ``filter_expr``.
+
+        Text matches as in :meth:`search` (``*`` or empty: every chunk passing the filter).
+
+        Raises:
+            PermissionsNotEnforceableError: As for :meth:`search`.
+        """
+        match = lexical.fts_match_expression(text, segmented=self.segmented)
+        if match is None and text.strip() not in ("", "*") and filter_expr is None:
+            return 0
+        with self._snapshot():
+            where, params = self._where(filter_expr, access)
+            if match is not None:
+                return lexical.count_matching_files(self._connection(), match, where, params)
+            sql = f"SELECT count(DISTINCT c.file_id) FROM chunks c WHERE {where}"
+            return int(self._connection().execute(sql, params).fetchone()[0])
+
+    @leased
+    def slug_owner(self, slug: str) -> str | None:
+        """Return the path whose chunks use ``slug``, if any."""
+        row = (
+            self._connection().execute("SELECT path FROM files WHERE slug = ?", (slug,)).fetchone()
+        )
+        return row[0] if row else None
+
+    @leased
+    def chunk_ids(self) -> list[str]:
+        """Every chunk id, in file then chunk order."""
+        rows = self._connection().execute(
+            "SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id ORDER BY f.path, c.ordinal"
+        )
+        return [r[0] for r in rows]
+
+    @leased
+    def count_chunks(self) -> int:
+        """Return the number of chunks in the index."""
+        return int(self._connection().execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    @leased
+    def metadata_kinds(self) -> dict[str, frozenset[str]]:
+        """Every top-level metadata field written to the chunks, with its values' JSON types.
+
+        Types are SQLite's ``json_type`` names (``integer``, ``real``, ``text``, ``true``,
+        ``false``, ``null``, ``array``, ``object``). Recorded by every write (in the ``fields``
+        table), so reading them is one small query; a field stays known after the last chunk
+        holding it is deleted.
+        """
+        kinds: dict[str, set[str]] = {}
+        rows = self._connection().execute(
+            "SELECT name, kind FROM fields UNION SELECT name, kind FROM document_fields"
+        )
+        for name, kind in rows:
+            kinds.setdefault(str(name), set()).add(str(kind))
+        return {name: frozenset(found) for name, found in kinds.items()}
+
+    @leased
+    def has_vectors(self) -> bool:
+        """Whether any chunk carries a vector."""
+        row = (
+            self._connection()
+            .execute("SELECT 1 FROM chunks WHERE vector IS NOT NULL LIMIT 1")
+            .fetchone()
+        )
+        return row is not None
+
+    # ------------------------------------------------------------------ writes
+
+    @leased
+    def replace_file(
+        self,
+        state: FileState,
+        metadata: Mapping[str, Any],
+        chunks: Sequence[ChunkRecord],
+        vectors: Sequence[Sequence[float]] | None = None,
+        permissions: Permissions | None = None,
+        *,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Replace everything indexed for ``state.path`` in one transaction.
+
+        Args:
+            state: The file's new bookkeeping row (its ``chunk_count`` is ignored).
+            metadata: The user metadata given at ingest time (stored for reference).
+            chunks: The file's chunks, in order; each one's ``metadata`` holds the fields
+                of that chunk alone.
+            vectors: One vector per chunk, or ``None`` for a lexical-only index.
+            permissions: Who may see the file. ``None`` keeps the permissions it had (a
+                re-index that does not mention permissions never widens access); a new
+                file without any is unmarked.
+            fields: Filterable fields every chunk of the file shares, stored once (a
+                chunk's own field of the same name wins). Searches and filters see each
+                chunk with both.
+
+        Raises:
+            StoreError: When the vectors' dimension differs from the index's.
+
+        """
+        blobs = vector_blobs(vectors, len(chunks), None if vectors is None else self.dimension())
+        meta_json = json.dumps(dict(metadata), default=json_default, sort_keys=True)
+        fields_json = json.dumps(dict(fields or {}), default=json_default, sort_keys=True)
+        with self._write() as conn:
+            if permissions is None:
+                permissions = read_permissions(conn, state.path)
+            self._delete_file_rows(conn, state.path)
+            cursor = conn.execute(
+                "INSERT INTO files(path, slug, content_hash, fingerprint, mtime, size, metadata, "
+                "fields, chunk_count, indexed_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, datetime('now'))",
+                (
+                    state.path,
+                    state.slug,
+                    state.content_hash,
+                    state.fingerprint,
+                    state.mtime,
+                    state.size,
+                    meta_json,
+                    fields_json,
+                    len(chunks),
+                ),
+            )
+            file_id = cursor.lastrowid
+            conn.executemany(
+                "INSERT INTO chunks(id, file_id, ordinal, title, content, page, metadata, vector) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        c.id,
+                        file_id,
+                        c.ordinal,
+                        c.title,
+                        c.content,
+                        c.page,
+                        json.dumps(dict(c.metadata), default=json_default, sort_keys=True),
+                        blob,
+                    )
+                    for c, blob in zip(chunks, blobs, strict=True)
+                ],
+            )
+            conn.execute(
+                f"INSERT OR IGNORE INTO fields(name, kind) {schema.FIELDS_OF_CHUNKS} "
+                "WHERE c.file_id = ?",
+                (file_id,),
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO document_fields(name, kind) "
+                "SELECT key, type FROM json_each(?)",
+                (fields_json,),
+            )
+            if vectors:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('dimension', ?)",
+                    (str(len(vectors[0])),),
+                )
+            if permissions is not None:
+                write_permissions(conn, int(file_id or 0), permissions)
+            schema.bump_generation(conn)
+
+    @leased
+    def permissions_of(self, path: str) -> Permissions | None:
+        """Who may see the indexed ``path``; ``None`` when unmarked (or not indexed)."""
+        return read_permissions(self._connection(), path)
+
+    @leased
+    def set_permissions(self, path: str, permissions: Permissions) -> bool:
+        """Give the indexed ``path`` new permissions (its chunks stay as they are).
+
+        Returns:
+            Whether anything changed (``False`` also when ``path`` is not indexed).
+        """
+        with self._write() as conn:
+            row = conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+            if row is None or read_permissions(conn, path) == permissions:
+                return False
+            conn.execute("DELETE FROM file_principals WHERE file_id = ?", (row[0],))
+            write_permissions(conn, int(row[0]), permissions)
+            schema.bump_generation(conn)
+        return True
+
+    @leased
+    def access_summary(self) -> AccessSummary:
+        """How many documents are public, restricted and unmarked (cached per generation)."""
+        generation = self.generation()
+        cached = getattr(self._local, "access", None)
+        if cached is None or cached[0] != generation:
+            cached = (generation, read_access_summary(self._connection()))
+            self._local.access = cached
+        result: AccessSummary = cached[1]
+        return result
+
+    @leased
+    def touch_file(self, path: str, mtime: float) -> None:
+        """Record a new mtime for an unchanged file (no generation bump: no content changed)."""
+        with self._write() as conn:
+            conn.execute("UPDATE files SET mtime = ? WHERE path = ?", (mtime, path))
+
+    @leased
+    def delete_file(self, path: str) -> int:
+        """Remove a file and its chunks; returns the number of chunks removed."""
+        with self._write() as conn:
+            removed = self._delete_file_rows(conn, path)
+            schema.bump_generation(conn)
+        return removed
+
+    def _delete_file_rows(self, conn: sqlite3.Connection, path: str) -> int:
+        row = conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+        if row is None:
+            return 0
+        removed = conn.execute("DELETE FROM chunks WHERE file_id = ?", (row[0],)).rowcount
+        conn.execute("DELETE FROM file_principals WHERE file_id = ?", (row[0],))
+        conn.execute("DELETE FROM files WHERE id = ?", (row[0],))
+        return int(removed)
+
+    @leased
+    def dimension(self) -> int | None:
+        """The dimension of the index's vectors, once any were written."""
+        row = (
+            self._connection().execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+        )
+        return int(row[0]) if row else None
+
+    # ------------------------------------------------------------------ reads
+
+    @leased
+    def search(
+        self,
+        text: str,
+        *,
+        top: int = 50,
+        filter_expr: Expr | None = None,
+        query_vector: Sequence[float] | None = None,
+        cancel: threading.Event | None = None,
+        access: Access = ANONYMOUS,
+    ) -> list[StoredHit]:
+        """Search the index: BM25 alone, or BM25 and cosine fused by reciprocal rank.
+
+        Args:
+            text: The user's query; any characters are allowed.
+            top: Maximum number of hits.
+            filter_expr: A parsed OData filter over the chunk metadata.
+            query_vector: The embedded query; enables hybrid search when the index has vectors.
+            cancel: Set from another thread to abort the search mid-query (its caller has
+                gone); the search then raises ``sqlite3.OperationalError`` (interrupted).
+            access: Who is asking: only chunks of documents they may see are candidates
+                (see :mod:`agentic_retrieval.permissions`); the default is an anonymous
+                caller, permissions not enforced.
+
+        Returns:
+            Hits, best first. Scores are ``-bm25`` (higher is better) for lexical search and
+            RRF sums for hybrid search; a hybrid search's hits also carry the cosine of their
+            vector and the query's (``similarity``), whichever list found them. For ``*``, an
+            empty text or a filter-only query, the first chunks (in file order) that pass the
+            filter, scored 0; for text with no word at all (only punctuation), nothing.
+
+        Raises:
+            StoreUnavailableError: The file is damaged or missing (see
+                :mod:`~agentic_retrieval.sources.local.health`).
+            PermissionsNotEnforceableError: ``access`` enforces permissions and no document of
+                this store has any (it was indexed without permissions).
+
+        """
+        if top <= 0:
+            return []
+        health = self._health
+        assert health is not None  # set by __init__
+        if not self._closed:  # closed (deleted) under this lease: not damage, finish reading
+            health.check(self._recover)
+        conn = self._connection()
+        if cancel is not None:
+            # SQLite calls this every few thousand steps; non-zero aborts the statement
+            conn.set_progress_handler(cancel.is_set, _CANCEL_CHECK_STEPS)
+        try:
+            return self._search(text, top, filter_expr, query_vector, access)
+        except sqlite3.Error as exc:
+            if is_damage(exc):
+                raise health.damaged(exc) from None
+            raise
+        finally:
+            if cancel is not None:
+                conn.set_progress_handler(None, 0)
+
+    def _search(
+        self,
+        text: str,
+        top: int,
+        filter_expr: Expr | None,
+        query_vector: Sequence[float] | None,
+        access: Access,
+    ) -> list[StoredHit]:
+        depth = max(top, 50)
+        with self._snapshot():  # the permission check and the query see the same data
+            where, params = self._where(filter_expr, access)
+            lexical_ranking = self._lexical(text, depth, where, params)
+            if query_vector is not None and self.has_vectors():
+                dense = self._dense(query_vector, depth, where, params)
+                ranked = reciprocal_rank_fusion([lexical_ranking, dense])[:top]
+                return self._fetch(ranked, self._similarities(query_vector, ranked))
+            elif lexical_ranking is None:
+                # "*" or "" (Azure's match-all) or a filter-only query browses; words that
+                # are all punctuation ("^", "((( )))") match nothing rather than any chunk
+                browse_all = text.strip() in ("", "*") or filter_expr is not None
+                ranked = browse(self._connection(), top, where, params) if browse_all else []
+            else:
+                ranked = lexical_ranking[:top]
+            return self._fetch(ranked)
+
+    def _where(self, filter_expr: Expr | None, access: Access) -> tuple[str, list[Any]]:
+        """The SQL condition on ``c`` (a chunk): the caller's filter AND the permission check.
+
+        Each part is a separate, parenthesised condition built from parsed values, with every
+        value a bound parameter: no text of a filter can reach into the permission check.
+        """
+        conditions, params = [], []
+        if filter_expr is not None:
+            sql, values = filter_sql(filter_expr, self._field_levels())
+            conditions.append(sql)
+            params += values
+        allowed, principals = permission_sql(self.access_summary(), access)
+        if allowed:
+            conditions.append(allowed)
+            params += principals
+        return " AND ".join(conditions) or "1", params
+
+    def _field_levels(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Names of the fields stored per chunk and per file (cached per write generation)."""
+        generation = (self._epoch(), self.generation())
+        cached = getattr(self._local, "levels", None)
+        if cached is None or cached[0] != generation:
+            cached = (generation, read_field_levels(self._connection()))
+            self._local.levels = cached
+        levels: tuple[frozenset[str], frozenset[str]] = cached[1]
+        return levels
+
+    def _epoch(self) -> int:
+        return self._health.epoch if self._health is not None else 0
+
+    def _lexical(
+        self, text: str, depth: int, where: str, params: list[Any]
+    ) -> list[tuple[int, float]] | None:
+        match = lexical.fts_match_expression(text, segmented=self.segmented)
+        if match is None:
+            return None
+        match = self._selective(match)
+        return lexical.lexical_candidates(self._connection(), match, depth, where, params)
+
+    def _selective(self, match: str) -> str:
+        """The MATCH with very common terms left out on a large index (see ``selective``)."""
+        return lexical.selective(self._connection(), match, self._chunk_count())
+
+    def _chunk_count(self) -> int:
+        """Chunks in the index, cached per write generation (and file, see ``_recover``)."""
+        generation = (self._epoch(), self.generation())
+        cached = getattr(self._local, "count", None)
+        if cached is None or cached[0] != generation:
+            cached = (generation, self.count_chunks())
+            self._local.count = cached
+        return int(cached[1])
+
+    def _recover(self) -> None:
+        """Check a changed file on a fresh connection and drop what was cached from the old.
+
+        Raises:
+            sqlite3.Error: The file is still not a usable index.
+        """
+        conn = self._connection()
+        verdict = conn.execute("PRAGMA quick_check(1)").fetchone()
+        if not verdict or verdict[0] != "ok":
+            raise sqlite3.DatabaseError(f"quick_check: {verdict[0] if verdict else 'no answer'}")
+        conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        conn.execute("SELECT rid, file_id FROM chunks LIMIT 1").fetchone()
+        self.segmented = lexical.is_segmented(conn)
+        self._vectors.reset()  # a restored file may repeat an old generation
+
+    def _dense(
+        self, query_vector: Sequence[float], depth: int, where: str, params: list[Any]
+    ) -> list[tuple[int, float]]:
+        conn = self._connection()
+        allowed = allowed_rids(conn, where, params)
+        return self._vectors.search(conn, self.generation(), query_vector, depth, allowed)
+
+    def _similarities(
+        self, query_vector: Sequence[float], ranked: Sequence[tuple[int, float]]
+    ) -> dict[int, float]:
+        return self._vectors.similarities(
+            self._connection(), self.generation(), query_vector, ranked
+        )
+
+    def _fetch(
+        self, ranked: Sequence[tuple[int, float]], similarities: Mapping[int, float] | None = None
+    ) -> list[StoredHit]:
+        return fetch_hits(self._connection(), ranked, similarities)
