@@ -67,12 +67,9 @@ from agentic_retrieval.odata import (
     parse_filter,
 )
 from agentic_retrieval.permissions import ANONYMOUS
-from agentic_retrieval.sources.local.store import (
-    CONTENT_WEIGHT,
-    TITLE_WEIGHT,
-    LocalStore,
-    fts_match_expression,
-)
+from agentic_retrieval.sources.local.store import LocalStore, fts_match_expression
+
+TITLE_WEIGHT, CONTENT_WEIGHT = 3.0, 1.0  # the FTS5 store's bm25(3, 1) before issue 21
 
 TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 TIME_LIMIT_S = 1800

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -90,16 +91,17 @@ def test_a_damaged_source_prints_what_it_has_and_exits_1(kb, tmp_path, json_outp
     damaged = tmp_path / "kb"
     damaged.mkdir()
     for item in kb.iterdir():
-        (damaged / item.name).write_bytes(item.read_bytes())
+        if item.is_dir():  # the lexical index beside each store
+            shutil.copytree(item, damaged / item.name)
+        else:
+            (damaged / item.name).write_bytes(item.read_bytes())
     database = damaged / "guides.sqlite"
     with sqlite3.connect(database) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        [root] = conn.execute(
-            "SELECT rootpage FROM sqlite_master WHERE name = 'chunks_fts_data'"
-        ).fetchone()
+        [root] = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'files'").fetchone()
     with open(database, "r+b") as file:
-        # the full-text index's pages only: the file opens, the search finds the damage
+        # one table's pages only: the file opens, the search finds the damage
         file.seek((root - 1) * page_size)
         file.write(b"\xff" * page_size)
     args = ["retrieve", "--kb", str(damaged), "--effort", "minimal"]

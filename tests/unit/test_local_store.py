@@ -79,15 +79,29 @@ def test_bm25_matches_rank_bm25(bm25_store: LocalStore, query: str) -> None:
     )
     hits = bm25_store.search(query, top=5)
     assert [h.id for h in hits] == [k for _, k in expected[:5]]
-    for hit, (score, _) in zip(hits, expected, strict=False):
-        assert math.isclose(hit.score, score, rel_tol=1e-6)
+    for hit in hits:  # tantivy's BM25 is Lucene's: idf = ln(1 + (N - n + 0.5) / (n + 0.5))
+        assert math.isclose(hit.score, lucene_bm25(query, hit.id), rel_tol=1e-5)
 
 
-def test_title_weighs_more_than_content(tmp_path: Path) -> None:
+def lucene_bm25(query: str, key: str, k1: float = 1.2, b: float = 0.75) -> float:
+    docs = {k: re.findall(r"\w+", text) for k, text in BM25_CORPUS.items()}
+    average = sum(map(len, docs.values())) / len(docs)
+    score = 0.0
+    for term in query.split():
+        having = sum(term in words for words in docs.values())
+        idf = math.log(1 + (len(docs) - having + 0.5) / (having + 0.5))
+        tf = docs[key].count(term)
+        score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(docs[key]) / average))
+    return score
+
+
+def test_titles_are_searched_like_content(tmp_path: Path) -> None:
+    # no title boost: tantivy with the title weighted 3x ranked Cranfield worse (nDCG@10
+    # 0.335 against 0.357 unboosted, benchmarks/README.md "Scale: research for issue 21")
     store = LocalStore(tmp_path / "t.sqlite", create=True)
     add_raw(store, "in-content", "a note that mentions pensions once among many other words")
     add_raw(store, "in-title", "a note about many other words entirely", title="pensions")
-    assert [h.id for h in store.search("pensions")] == ["in-title", "in-content"]
+    assert sorted(h.id for h in store.search("pensions")) == ["in-content", "in-title"]
 
 
 @pytest.mark.parametrize(
@@ -370,34 +384,6 @@ def test_metadata_json_is_stored_with_sorted_keys(tmp_path: Path) -> None:
     assert list(json.loads(raw)) == ["alpha", "title", "zeta"]
 
 
-def test_large_indexes_generate_candidates_from_distinctive_terms(tmp_path, monkeypatch):
-    from agentic_retrieval.sources.local.store import lexical as store_module
-
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for i in range(12):
-        extra = {3: "alpha beta", 7: "alpha", 9: "beta"}.get(i, "")
-        (docs / f"d{i}.txt").write_text(f"common words in every note number {i}. {extra}\n")
-    source = LocalKnowledgeSource("notes", tmp_path / "notes.sqlite", create=True)
-    source.index([docs])
-    store = source.store
-    match = store_module.fts_match_expression("common alpha beta")
-    assert store._selective(match) == match  # small index: the exact full query
-    monkeypatch.setattr(store_module, "SELECTIVE_MIN_CHUNKS", 1)
-    assert store._selective(match) == '"alpha" OR "beta"'
-    keys = [h.doc_key for h in source.search_sync("common alpha beta", top=5)]
-    assert keys[0] == "docs-d3-txt-0" and set(keys) == {
-        "docs-d3-txt-0",
-        "docs-d7-txt-0",
-        "docs-d9-txt-0",
-    }
-    # with fewer than two rare terms the full query runs
-    assert store._selective(store_module.fts_match_expression("common words alpha")) == (
-        store_module.fts_match_expression("common words alpha")
-    )
-    source.close()
-
-
 def test_words_inside_unspaced_cjk_text_are_found(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -405,7 +391,6 @@ def test_words_inside_unspaced_cjk_text_are_found(tmp_path):
     (docs / "remote.txt").write_text("员工可以每周远程工作三天。\n", encoding="utf-8")
     (docs / "tokyo.txt").write_text("東京オフィスは午前九時に開きます。\n", encoding="utf-8")
     source = LocalKnowledgeSource("hr", tmp_path / "hr.sqlite", create=True)
-    assert source.store.segmented
     source.index([docs])
     assert [h.doc_key for h in source.search_sync("带薪休假")] == ["docs-leave-txt-0"]
     assert [h.doc_key for h in source.search_sync("远程工作")] == ["docs-remote-txt-0"]
@@ -415,34 +400,6 @@ def test_words_inside_unspaced_cjk_text_are_found(tmp_path):
     source.index([docs])
     assert source.search_sync("带薪休假") == []
     assert [h.doc_key for h in source.search_sync("年假")] == ["docs-leave-txt-0"]
-    source.close()
-
-
-def test_indexes_built_before_segmentation_are_queried_as_they_were_built(tmp_path):
-    import sqlite3
-
-    path = tmp_path / "old.sqlite"
-    LocalKnowledgeSource("old", path, create=True).close()
-    with sqlite3.connect(path) as conn:  # the triggers of an index built before segmentation
-        conn.executescript("""
-            DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TRIGGER chunks_au;
-            CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
-                INSERT INTO chunks_fts(rowid, title, content)
-                VALUES (new.rid, new.title, new.content);
-            END;
-            CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
-                INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
-                VALUES ('delete', old.rid, old.title, old.content);
-            END;
-        """)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("带薪休假 leave policy\n", encoding="utf-8")
-    source = LocalKnowledgeSource("old", path)
-    assert not source.store.segmented
-    source.index([docs])
-    assert [h.doc_key for h in source.search_sync("带薪休假")] == ["docs-a-txt-0"]
-    assert [h.doc_key for h in source.search_sync("leave")] == ["docs-a-txt-0"]
     source.close()
 
 

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -59,6 +60,7 @@ from agentic_retrieval.sources.local import (
     StoreError,
 )
 from agentic_retrieval.sources.local.records import RecordFields
+from agentic_retrieval.sources.local.store import lexical_directory
 from agentic_retrieval.wire.models import describe_validation_error
 
 MANIFEST_NAME = "knowledge-base.json"
@@ -474,6 +476,7 @@ class KnowledgeBaseDirectory:
             self._save()  # first: a crash now leaves an unused file, never a dangling entry
         for suffix in ("", "-wal", "-shm", ".lock"):
             (self.path / f"{entry.database}{suffix}").unlink(missing_ok=True)
+        shutil.rmtree(lexical_directory(self.path / entry.database), ignore_errors=True)
 
     def close(self) -> None:
         """Close every opened source."""

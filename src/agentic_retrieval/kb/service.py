@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import shutil
 import sqlite3
 import threading
 import uuid
@@ -46,7 +47,8 @@ from typing import Any, Literal
 from filelock import FileLock, Timeout
 
 from agentic_retrieval.errors import PreconditionFailedError, StoreClosedError
-from agentic_retrieval.sources.local.store import LocalStore
+from agentic_retrieval.sources.local.store import LocalStore, lexical_directory
+from agentic_retrieval.sources.local.store.lexical_index import DIRECTORY_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -363,6 +365,9 @@ class ServiceDirectory:
             if path.name not in named:
                 _unlink_store(path)
                 removed.append(path.name)
+        for lexical in (self.path / STORES_DIR).glob(f"*.sqlite{DIRECTORY_SUFFIX}"):
+            if not lexical.with_suffix("").exists():  # its store was removed before a crash
+                shutil.rmtree(lexical, ignore_errors=True)
         if removed:
             logger.warning("removed %d orphaned store file(s): %s", len(removed), removed)
         return removed
@@ -661,3 +666,4 @@ def _unlink_store(path: Path) -> None:
             Path(f"{path}{suffix}").unlink()
         except FileNotFoundError:
             pass
+    shutil.rmtree(lexical_directory(path), ignore_errors=True)

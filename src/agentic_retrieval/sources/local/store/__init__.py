@@ -1,8 +1,9 @@
-"""The on-disk index of one local knowledge source: a single SQLite file.
+"""The on-disk index of one local knowledge source: a SQLite file and its lexical index.
 
 One module per concern: :mod:`.schema` (tables, migrations), :mod:`.connections`
-(connections, leases, the writer lock, transactions), :mod:`.lexical` (query terms and the
-BM25 candidate query), :mod:`.vectors` (dense search), :mod:`.filters` (OData filters as SQL),
+(connections, leases, the writer lock, transactions), :mod:`.lexical` (query terms),
+:mod:`.lexical_index` (the tantivy index beside the file, its outbox, rebuilds),
+:mod:`.vectors` (dense search), :mod:`.filters` (OData filters as SQL),
 :mod:`.permissions` (permission rows and trimming), :mod:`.search` and :mod:`.fusion`
 (reading ranked hits back, reciprocal rank fusion), and :mod:`.local_store`, the
 :class:`LocalStore` that ties them together.
@@ -11,14 +12,12 @@ BM25 candidate query), :mod:`.vectors` (dense search), :mod:`.filters` (OData fi
 from agentic_retrieval.sources.local.store.filters import metadata_column
 from agentic_retrieval.sources.local.store.fusion import RRF_K, reciprocal_rank_fusion
 from agentic_retrieval.sources.local.store.lexical import (
-    CONTENT_WEIGHT,
     QUERY_STOPWORDS,
-    SELECTIVE_MAX_SHARE,
-    SELECTIVE_MIN_CHUNKS,
-    TITLE_WEIGHT,
     fts_match_expression,
     fts_segment,
+    query_terms,
 )
+from agentic_retrieval.sources.local.store.lexical_index import lexical_directory
 from agentic_retrieval.sources.local.store.local_store import LocalStore
 from agentic_retrieval.sources.local.store.permissions import PUBLIC, RESTRICTED, AccessSummary
 from agentic_retrieval.sources.local.store.rows import (
@@ -32,16 +31,12 @@ from agentic_retrieval.sources.local.store.schema import SCHEMA as _SCHEMA
 from agentic_retrieval.sources.local.store.schema import SCHEMA_VERSION
 
 __all__ = [
-    "CONTENT_WEIGHT",
     "PUBLIC",
     "QUERY_STOPWORDS",
     "RECORD_PREFIX",
     "RESTRICTED",
     "RRF_K",
     "SCHEMA_VERSION",
-    "SELECTIVE_MAX_SHARE",
-    "SELECTIVE_MIN_CHUNKS",
-    "TITLE_WEIGHT",
     "_SCHEMA",
     "AccessSummary",
     "ChunkRecord",
@@ -51,6 +46,8 @@ __all__ = [
     "fts_match_expression",
     "fts_segment",
     "json_default",
+    "lexical_directory",
     "metadata_column",
+    "query_terms",
     "reciprocal_rank_fusion",
 ]

@@ -204,6 +204,11 @@ class StoreConnections:
                     yield conn
             finally:
                 self._local.writes = depth
+            if not depth:
+                self._committed(conn)
+
+    def _committed(self, conn: sqlite3.Connection) -> None:
+        """Called after each outermost write transaction commits; subclasses add their work."""
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """One transaction around several writes of this thread (each still all-or-nothing).

@@ -1,14 +1,16 @@
-"""The store itself: one SQLite file searched by BM25, optionally fused with dense vectors.
+"""The store itself: one SQLite file and its lexical index, BM25 optionally fused with vectors.
 
 :class:`LocalStore` ties the concerns of this package together: its connections and
-transactions (:mod:`.connections`), its tables (:mod:`.schema`), the lexical candidate query
-(:mod:`.lexical`), vectors (:mod:`.vectors`), filters (:mod:`.filters`), permission trimming
-(:mod:`.permissions`) and reading hits back (:mod:`.search`, :mod:`.fusion`).
+transactions (:mod:`.connections`), its tables (:mod:`.schema`), query terms (:mod:`.lexical`)
+and the tantivy index beside the file (:mod:`.lexical_index`), vectors (:mod:`.vectors`),
+filters (:mod:`.filters`), permission trimming (:mod:`.permissions`) and reading hits back
+(:mod:`.search`, :mod:`.fusion`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
@@ -23,6 +25,13 @@ from agentic_retrieval.sources.local.store import lexical, schema
 from agentic_retrieval.sources.local.store.connections import StoreConnections, leased
 from agentic_retrieval.sources.local.store.filters import filter_sql, read_field_levels
 from agentic_retrieval.sources.local.store.fusion import reciprocal_rank_fusion
+from agentic_retrieval.sources.local.store.lexical_index import (
+    LexicalIndex,
+    LexicalIndexDamaged,
+    restrict,
+    rid_set_query,
+    text_query,
+)
 from agentic_retrieval.sources.local.store.permissions import (
     AccessSummary,
     permission_sql,
@@ -37,10 +46,20 @@ from agentic_retrieval.sources.local.store.rows import (
     StoredHit,
     json_default,
 )
-from agentic_retrieval.sources.local.store.search import allowed_rids, browse, fetch_hits
+from agentic_retrieval.sources.local.store.search import (
+    allowed_rids,
+    browse,
+    existing_rids,
+    fetch_hits,
+)
 from agentic_retrieval.sources.local.store.vectors import VectorIndex, vector_blobs
 
+logger = logging.getLogger(__name__)
 _CANCEL_CHECK_STEPS = 10_000
+RID_SET_MAX = 100_000
+"""Largest allow-list (chunks passing a filter or permission check the SQL way) given to the
+lexical index as a set of row ids; past it, candidates are checked against the allow-list,
+paging deeper until ``top`` pass or none are left."""
 
 
 class LocalStore(StoreConnections):
@@ -82,17 +101,36 @@ class LocalStore(StoreConnections):
             )
         self._connection().executescript(schema.SCHEMA)
         schema.migrate(self.path, self._connection(), self._write)
-        # indexes built before CJK segmentation keep their triggers: query them unsegmented
-        self.segmented = lexical.is_segmented(self._connection())
+        rebuild = schema.drop_old_triggers(self._connection(), self._write)
         self._health = StoreHealth(self.path)
         with self._write() as conn:
-            lexical.configure_rank(conn)
             schema.record_fields_once(conn)
+        store_id = schema.read_meta(self._connection(), "store_id") or ""
+        self._lexical_index = LexicalIndex(self.path, store_id)
+        self._lexical_index.ensure(self._connection(), rebuild=rebuild)
         self._creating = False  # from now on a missing file was deleted: never re-create it
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
+        # the FTS5 triggers of a store before schema version 4 call it until it migrates
         conn.create_function("fts_segment", 1, lexical.fts_segment, deterministic=True)
-        lexical.create_vocabulary(conn)
+
+    def _committed(self, conn: sqlite3.Connection) -> None:
+        """Bring the lexical index up to the write just committed (one commit per batch)."""
+        index = getattr(self, "_lexical_index", None)
+        if index is None:  # still opening: ensure() applies the outbox once migrations ran
+            return
+        try:
+            index.flush(conn)
+        except (OSError, ValueError, sqlite3.Error) as exc:
+            # committed in SQLite and named in the outbox: the next flush or open applies it
+            logger.warning("could not update the lexical index of %s yet: %s", self.path, exc)
+
+    def close(self) -> None:
+        """Close the store (see :meth:`StoreConnections.close`) and drop its lexical index."""
+        super().close()
+        index = getattr(self, "_lexical_index", None)
+        if index is not None:  # searches under way keep the searcher they hold
+            index.close()
 
     def _schema_version(self) -> int:
         return schema.schema_version(self._connection())
@@ -189,15 +227,22 @@ class LocalStore(StoreConnections):
         Raises:
             PermissionsNotEnforceableError: As for :meth:`search`.
         """
-        match = lexical.fts_match_expression(text, segmented=self.segmented)
-        if match is None and text.strip() not in ("", "*") and filter_expr is None:
+        query = text_query(text)
+        if query is None and text.strip() not in ("", "*") and filter_expr is None:
             return 0
+        self._lexical_index.flush(self._connection(), wait=False)
         with self._snapshot():
             where, params = self._where(filter_expr, access)
-            if match is not None:
-                return lexical.count_matching_files(self._connection(), match, where, params)
-            sql = f"SELECT count(DISTINCT c.file_id) FROM chunks c WHERE {where}"
-            return int(self._connection().execute(sql, params).fetchone()[0])
+            conn = self._connection()
+            if query is None:
+                sql = f"SELECT count(DISTINCT c.file_id) FROM chunks c WHERE {where}"
+                return int(conn.execute(sql, params).fetchone()[0])
+            rids = self._lexical_index.matching_rids(conn, query)
+            sql = (
+                "SELECT count(DISTINCT c.file_id) FROM chunks c "
+                f"WHERE c.rid IN (SELECT value FROM json_each(?)) AND {where}"
+            )
+            return int(conn.execute(sql, [json.dumps(rids), *params]).fetchone()[0])
 
     @leased
     def slug_owner(self, slug: str) -> str | None:
@@ -303,11 +348,13 @@ class LocalStore(StoreConnections):
                 ),
             )
             file_id = cursor.lastrowid
+            first = schema.allocate_rids(conn, len(chunks))
             conn.executemany(
-                "INSERT INTO chunks(id, file_id, ordinal, title, content, page, metadata, vector) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO chunks(rid, id, file_id, ordinal, title, content, page, metadata, "
+                "vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
+                        first + i,
                         c.id,
                         file_id,
                         c.ordinal,
@@ -317,7 +364,7 @@ class LocalStore(StoreConnections):
                         json.dumps(dict(c.metadata), default=json_default, sort_keys=True),
                         blob,
                     )
-                    for c, blob in zip(chunks, blobs, strict=True)
+                    for i, (c, blob) in enumerate(zip(chunks, blobs, strict=True))
                 ],
             )
             conn.execute(
@@ -337,6 +384,7 @@ class LocalStore(StoreConnections):
                 )
             if permissions is not None:
                 write_permissions(conn, int(file_id or 0), permissions)
+            schema.note_lexical_change(conn, state.path)
             schema.bump_generation(conn)
 
     @leased
@@ -357,6 +405,7 @@ class LocalStore(StoreConnections):
                 return False
             conn.execute("DELETE FROM file_principals WHERE file_id = ?", (row[0],))
             write_permissions(conn, int(row[0]), permissions)
+            schema.note_lexical_change(conn, path)
             schema.bump_generation(conn)
         return True
 
@@ -382,6 +431,7 @@ class LocalStore(StoreConnections):
         """Remove a file and its chunks; returns the number of chunks removed."""
         with self._write() as conn:
             removed = self._delete_file_rows(conn, path)
+            schema.note_lexical_change(conn, path)
             schema.bump_generation(conn)
         return removed
 
@@ -429,7 +479,7 @@ class LocalStore(StoreConnections):
                 caller, permissions not enforced.
 
         Returns:
-            Hits, best first. Scores are ``-bm25`` (higher is better) for lexical search and
+            Hits, best first. Scores are BM25 (higher is better) for lexical search and
             RRF sums for hybrid search; a hybrid search's hits also carry the cosine of their
             vector and the query's (``similarity``), whichever list found them. For ``*``, an
             empty text or a filter-only query, the first chunks (in file order) that pass the
@@ -449,11 +499,21 @@ class LocalStore(StoreConnections):
         if not self._closed:  # closed (deleted) under this lease: not damage, finish reading
             health.check(self._recover)
         conn = self._connection()
+        # normally a no-op: applies what a writer killed before its flush left in the outbox
+        self._lexical_index.flush(conn, wait=False)
         if cancel is not None:
             # SQLite calls this every few thousand steps; non-zero aborts the statement
             conn.set_progress_handler(cancel.is_set, _CANCEL_CHECK_STEPS)
         try:
-            return self._search(text, top, filter_expr, query_vector, access)
+            try:
+                return self._search(text, top, filter_expr, query_vector, access)
+            except LexicalIndexDamaged as exc:
+                # SQLite holds every chunk: build the index again from it, then answer
+                logger.warning(
+                    "the lexical index of %s is damaged (%s): rebuilding", self.path, exc
+                )
+                self._lexical_index.ensure(conn, rebuild=True)
+                return self._search(text, top, filter_expr, query_vector, access)
         except sqlite3.Error as exc:
             if is_damage(exc):
                 raise health.damaged(exc) from None
@@ -520,24 +580,39 @@ class LocalStore(StoreConnections):
     def _lexical(
         self, text: str, depth: int, where: str, params: list[Any]
     ) -> list[tuple[int, float]] | None:
-        match = lexical.fts_match_expression(text, segmented=self.segmented)
-        if match is None:
+        """The ``depth`` best chunks for ``text`` that pass ``where``, from the lexical index.
+
+        A condition (filter, permissions) restricts the candidates before top-k, never after:
+        the chunks passing it are read the SQL way and given to tantivy as a set of row ids,
+        or, when there are more than :data:`RID_SET_MAX`, tantivy's best are checked against
+        them, paging deeper until ``depth`` pass or no match is left. Documents still in the
+        outbox (written, not yet in tantivy: only after a crash or a concurrent write) may be
+        in tantivy with their previous permissions, so they are checked the SQL way too.
+        """
+        query = text_query(text)
+        if query is None:
             return None
-        match = self._selective(match)
-        return lexical.lexical_candidates(self._connection(), match, depth, where, params)
-
-    def _selective(self, match: str) -> str:
-        """The MATCH with very common terms left out on a large index (see ``selective``)."""
-        return lexical.selective(self._connection(), match, self._chunk_count())
-
-    def _chunk_count(self) -> int:
-        """Chunks in the index, cached per write generation (and file, see ``_recover``)."""
-        generation = (self._epoch(), self.generation())
-        cached = getattr(self._local, "count", None)
-        if cached is None or cached[0] != generation:
-            cached = (generation, self.count_chunks())
-            self._local.count = cached
-        return int(cached[1])
+        conn = self._connection()
+        index = self._lexical_index
+        pending = schema.lexical_pending(conn)
+        if where == "1" and not pending:
+            return index.search(conn, query, depth)
+        passing: set[int] | None = None
+        if where != "1":
+            allowed = allowed_rids(conn, where, params) or []
+            if len(allowed) <= RID_SET_MAX:
+                # the allow-list is this snapshot's own: stale entries cannot pass it
+                restricted = restrict(query, [rid_set_query(allowed)])
+                return index.search(conn, restricted, depth) if allowed else []
+            passing = set(allowed)
+        limit = depth
+        while True:
+            ranked = index.search(conn, query, limit)
+            present = passing if passing is not None else existing_rids(conn, ranked)
+            kept = [hit for hit in ranked if hit[0] in present]
+            if len(kept) >= depth or len(ranked) < limit:
+                return kept[:depth]
+            limit *= 4
 
     def _recover(self) -> None:
         """Check a changed file on a fresh connection and drop what was cached from the old.
@@ -551,8 +626,9 @@ class LocalStore(StoreConnections):
             raise sqlite3.DatabaseError(f"quick_check: {verdict[0] if verdict else 'no answer'}")
         conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
         conn.execute("SELECT rid, file_id FROM chunks LIMIT 1").fetchone()
-        self.segmented = lexical.is_segmented(conn)
         self._vectors.reset()  # a restored file may repeat an old generation
+        self._lexical_index.close()
+        self._lexical_index.ensure(conn)  # a restored file needs the index of its own chunks
 
     def _dense(
         self, query_vector: Sequence[float], depth: int, where: str, params: list[Any]

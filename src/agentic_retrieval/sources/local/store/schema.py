@@ -12,10 +12,12 @@ Tables:
   the fields every chunk of a file shares live once in ``files.fields``, so storage stays
   linear in a document's size however many chunks it has (``document_fields`` and ``fields``
   name the fields found at each level);
-- ``chunks_fts``: an FTS5 index over ``title`` and ``content`` (external content, kept in sync
-  by triggers), ranked by ``bm25`` with the title weighted 3x;
+- ``lexical_outbox``: the paths of documents written since the lexical index (tantivy, beside
+  the file: see :mod:`.lexical_index`) last took them in; emptied after each tantivy commit;
 - ``meta``: a ``generation`` counter bumped by every write, so readers know when their
-  in-memory vector matrix is stale, plus the embedding dimension and the ``schema_version``;
+  in-memory vector matrix is stale, plus the embedding dimension, the ``schema_version``,
+  ``next_rid`` (row ids are never reused: a rid always names the same chunk) and
+  ``store_id`` (a random id the lexical index is built for);
 - ``file_principals``: the users (``u:<id>``) and groups (``g:<id>``) allowed to see each
   file or record whose ``files.access`` is ``restricted``; ``access`` is ``public``, or
   ``NULL`` for a document ingested without permissions (see :mod:`agentic_retrieval.permissions`).
@@ -57,24 +59,6 @@ CREATE TABLE IF NOT EXISTS chunks (
     vector BLOB
 );
 CREATE INDEX IF NOT EXISTS chunks_by_file ON chunks(file_id, ordinal);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-    title, content, content='chunks', content_rowid='rid',
-    tokenize='unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, title, content)
-    VALUES (new.rid, fts_segment(new.title), fts_segment(new.content));
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
-    VALUES ('delete', old.rid, fts_segment(old.title), fts_segment(old.content));
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE OF title, content ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, title, content)
-    VALUES ('delete', old.rid, fts_segment(old.title), fts_segment(old.content));
-    INSERT INTO chunks_fts(rowid, title, content)
-    VALUES (new.rid, fts_segment(new.title), fts_segment(new.content));
-END;
 CREATE TABLE IF NOT EXISTS fields (
     name TEXT NOT NULL,
     kind TEXT NOT NULL,
@@ -84,9 +68,10 @@ INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version 2 added permissions (``files.access`` and ``file_principals``), version 3 the
-fields shared by a file's chunks (``files.fields``, ``document_fields``)."""
+fields shared by a file's chunks (``files.fields``, ``document_fields``), version 4 moved the
+lexical index from FTS5 (inside the file) to tantivy (beside it)."""
 _PERMISSIONS_SCHEMA = """
 ALTER TABLE files ADD COLUMN access TEXT;
 CREATE TABLE IF NOT EXISTS file_principals (
@@ -109,8 +94,21 @@ CREATE TABLE IF NOT EXISTS document_fields (
 UPDATE meta SET value = '3' WHERE key = 'schema_version';
 UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
 """
-MIGRATIONS = ((2, "access", _PERMISSIONS_SCHEMA), (3, "fields", _DOCUMENT_FIELDS_SCHEMA))
-"""(version reached, the ``files`` column it adds, its statements), oldest first."""
+_TANTIVY_SCHEMA = """
+DROP TRIGGER IF EXISTS chunks_ai;
+DROP TRIGGER IF EXISTS chunks_ad;
+DROP TRIGGER IF EXISTS chunks_au;
+DROP TABLE IF EXISTS chunks_fts;
+CREATE TABLE chunks_fts (moved TEXT);
+INSERT INTO chunks_fts VALUES ('schema version 4: the lexical index is tantivy, beside the file');
+CREATE TABLE IF NOT EXISTS lexical_outbox (seq INTEGER PRIMARY KEY, doc TEXT NOT NULL);
+INSERT OR IGNORE INTO meta(key, value) SELECT 'next_rid', coalesce(max(rid), 0) + 1 FROM chunks;
+INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', lower(hex(randomblob(16))));
+UPDATE meta SET value = '4' WHERE key = 'schema_version';
+UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+"""
+MIGRATIONS = ((2, _PERMISSIONS_SCHEMA), (3, _DOCUMENT_FIELDS_SCHEMA), (4, _TANTIVY_SCHEMA))
+"""(version reached, its statements), oldest first."""
 
 FIELDS_OF_CHUNKS = "SELECT DISTINCT j.key, j.type FROM chunks c, json_each(c.metadata) j"
 """The (field, JSON type) pairs of chunk metadata; recorded in ``fields`` as chunks are written."""
@@ -139,19 +137,44 @@ def migrate(path: Path, conn: sqlite3.Connection, write: Writer) -> None:
     Stores from before permissions existed open as they were: their documents are
     unmarked, hence hidden wherever permissions are enforced (fail closed) and visible
     elsewhere, as before. Stores from before ``files.fields`` keep every field in their
-    chunks' metadata, where filters keep finding them. Safe when several processes open
-    one old store at once: each check and change runs in one write transaction.
+    chunks' metadata, where filters keep finding them. Stores from before tantivy lose their
+    FTS5 table and triggers; the lexical index is then built from their chunks when the
+    store opens (:meth:`.lexical_index.LexicalIndex.ensure`). Safe when several processes
+    open one old store at once: each check and change runs in one write transaction.
     """
     if schema_version(conn) >= SCHEMA_VERSION:
         return
-    for version, column, statements in MIGRATIONS:
+    for version, statements in MIGRATIONS:
         with write() as writing:
-            columns = {row[1] for row in writing.execute("PRAGMA table_info(files)")}
-            if column in columns:  # done before, or by another process meanwhile
+            if schema_version(writing) >= version:  # done before, or by another process
                 continue
             for statement in statements.strip().split(";\n"):
                 writing.execute(statement)
         logger.info("migrated %s to schema version %d", path, version)
+
+
+OLD_TRIGGERS = ("chunks_ai", "chunks_ad", "chunks_au")
+"""FTS5 triggers of schema 1-3: a version-4 file that has them was opened by an old release."""
+
+
+def drop_old_triggers(conn: sqlite3.Connection, write: Writer) -> bool:
+    """Drop FTS5 triggers an old release re-created in a version-4 file.
+
+    Version 4 keeps a plain table named ``chunks_fts`` so that an older release opening the
+    file fails at once (it finds no FTS5 configuration) instead of searching an empty index;
+    before failing it has created its triggers, and they would write into that table.
+
+    Returns:
+        Whether there were any (the lexical index is then rebuilt, to be safe).
+    """
+    marks = ",".join("?" for _ in OLD_TRIGGERS)
+    sql = f"SELECT name FROM sqlite_master WHERE type = 'trigger' AND name IN ({marks})"
+    if not conn.execute(sql, OLD_TRIGGERS).fetchall():
+        return False
+    with write() as writing:
+        for name in writing.execute(sql, OLD_TRIGGERS).fetchall():
+            writing.execute(f"DROP TRIGGER IF EXISTS {name[0]}")
+    return True
 
 
 def record_fields_once(conn: sqlite3.Connection) -> None:
@@ -171,3 +194,40 @@ def read_generation(conn: sqlite3.Connection) -> int:
     """The counter :func:`bump_generation` raises."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
     return int(row[0])
+
+
+def read_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    """One ``meta`` value, if set."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return str(row[0]) if row else None
+
+
+def allocate_rids(conn: sqlite3.Connection, count: int) -> int:
+    """Reserve ``count`` new row ids (inside a write transaction); returns the first.
+
+    Row ids are never reused, so a row id the lexical index still holds after a delete
+    names no chunk rather than another one. (An older release writing this file takes
+    ``max(rid) + 1``: the larger of both is used.)
+    """
+    first = int(
+        conn.execute(
+            "SELECT max(coalesce((SELECT CAST(value AS INTEGER) FROM meta "
+            "WHERE key = 'next_rid'), 1), (SELECT coalesce(max(rid), 0) + 1 FROM chunks))"
+        ).fetchone()[0]
+    )
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('next_rid', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (str(first + count),),
+    )
+    return first
+
+
+def note_lexical_change(conn: sqlite3.Connection, path: str) -> None:
+    """Name the document at ``path`` in the outbox: the lexical index takes it in next."""
+    conn.execute("INSERT INTO lexical_outbox(doc) VALUES (?)", (path,))
+
+
+def lexical_pending(conn: sqlite3.Connection) -> bool:
+    """Whether some committed write is not in the lexical index yet."""
+    return conn.execute("SELECT 1 FROM lexical_outbox LIMIT 1").fetchone() is not None

@@ -28,6 +28,15 @@ def allowed_rids(conn: sqlite3.Connection, where: str, params: list[Any]) -> lis
     return [r[0] for r in conn.execute(f"SELECT c.rid FROM chunks c WHERE {where}", params)]
 
 
+def existing_rids(conn: sqlite3.Connection, ranked: Sequence[tuple[int, float]]) -> set[int]:
+    """The rids of ``ranked`` that name a chunk (a lexical index may lag behind a delete)."""
+    rows = conn.execute(
+        "SELECT rid FROM chunks WHERE rid IN (SELECT value FROM json_each(?))",
+        (json.dumps([rid for rid, _ in ranked]),),
+    )
+    return {int(row[0]) for row in rows}
+
+
 def fetch_hits(
     conn: sqlite3.Connection,
     ranked: Sequence[tuple[int, float]],
