@@ -165,7 +165,8 @@ class LexicalIndex:
     def __init__(self, store_path: Path, store_id: str) -> None:
         self.path = lexical_directory(store_path)
         self._store_id = store_id
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # the reader's state (_live)
+        self._write_lock = threading.Lock()  # this process's one writer (flush, rebuild)
         self._file_lock = FileLock(str(self.path / "writer.lock"), thread_local=False)
         self._live: _Live | None = None
 
@@ -249,8 +250,14 @@ class LexicalIndex:
 
     @contextmanager
     def _exclusive(self, timeout: float) -> Iterator[bool]:
-        """This process's and every other process's only writer of the index, if it can be."""
-        with self._lock:
+        """This process's and every other process's only writer of the index, if it can be.
+
+        Readers never wait for it: a search keeps the searcher it has until a flush commits.
+        """
+        if not self._write_lock.acquire(timeout=timeout if timeout > 0 else 0):
+            yield False
+            return
+        try:
             self.path.mkdir(parents=True, exist_ok=True)
             try:
                 self._file_lock.acquire(timeout=timeout)
@@ -261,6 +268,8 @@ class LexicalIndex:
                 yield True
             finally:
                 self._file_lock.release()
+        finally:
+            self._write_lock.release()
 
     def ensure(self, conn: sqlite3.Connection, *, rebuild: bool = False) -> None:
         """Make the index usable: rebuild it if missing, damaged or outdated; apply the outbox.
