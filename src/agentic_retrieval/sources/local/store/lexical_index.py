@@ -164,6 +164,7 @@ class LexicalIndex:
 
     def __init__(self, store_path: Path, store_id: str) -> None:
         self.path = lexical_directory(store_path)
+        self._store_path = store_path
         self._store_id = store_id
         self._lock = threading.Lock()  # the reader's state (_live)
         self._write_lock = threading.Lock()  # this process's one writer (flush, rebuild)
@@ -258,6 +259,8 @@ class LexicalIndex:
             yield False
             return
         try:
+            if not self._store_path.exists():  # deleted: never re-create its directory
+                raise FileNotFoundError(2, "the store file is gone", str(self._store_path))
             self.path.mkdir(parents=True, exist_ok=True)
             try:
                 self._file_lock.acquire(timeout=timeout)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentic_retrieval.errors import StoreError, StoreNotFoundError
+from agentic_retrieval.errors import StoreError, StoreNotFoundError, StoreUnavailableError
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.health import StoreHealth, is_damage
@@ -107,7 +107,14 @@ class LocalStore(StoreConnections):
             schema.record_fields_once(conn)
         store_id = schema.read_meta(self._connection(), "store_id") or ""
         self._lexical_index = LexicalIndex(self.path, store_id)
-        self._lexical_index.ensure(self._connection(), rebuild=rebuild)
+        try:
+            self._lexical_index.ensure(self._connection(), rebuild=rebuild)
+        except OSError as exc:
+            if self.path.exists():
+                self.close()
+                raise StoreError(f"cannot open the lexical index of {self.path}: {exc}") from exc
+            # deleted by another process while this one opened it: open as before, its
+            # searches report the file missing (StoreHealth)
         self._creating = False  # from now on a missing file was deleted: never re-create it
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
@@ -230,7 +237,12 @@ class LocalStore(StoreConnections):
         query = text_query(text)
         if query is None and text.strip() not in ("", "*") and filter_expr is None:
             return 0
-        self._lexical_index.flush(self._connection(), wait=False)
+        try:
+            self._lexical_index.flush(self._connection(), wait=False)
+        except OSError:
+            if not self.path.exists():
+                raise StoreUnavailableError(self.path, "its index file is missing") from None
+            raise
         with self._snapshot():
             where, params = self._where(filter_expr, access)
             conn = self._connection()
@@ -499,12 +511,12 @@ class LocalStore(StoreConnections):
         if not self._closed:  # closed (deleted) under this lease: not damage, finish reading
             health.check(self._recover)
         conn = self._connection()
-        # normally a no-op: applies what a writer killed before its flush left in the outbox
-        self._lexical_index.flush(conn, wait=False)
         if cancel is not None:
             # SQLite calls this every few thousand steps; non-zero aborts the statement
             conn.set_progress_handler(cancel.is_set, _CANCEL_CHECK_STEPS)
         try:
+            # normally a no-op: applies what a writer killed before its flush left in the outbox
+            self._lexical_index.flush(conn, wait=False)
             try:
                 return self._search(text, top, filter_expr, query_vector, access)
             except LexicalIndexDamaged as exc:
@@ -517,6 +529,10 @@ class LocalStore(StoreConnections):
         except sqlite3.Error as exc:
             if is_damage(exc):
                 raise health.damaged(exc) from None
+            raise
+        except OSError:
+            if not self.path.exists():  # deleted under this search by another process
+                raise StoreUnavailableError(self.path, "its index file is missing") from None
             raise
         finally:
             if cancel is not None:
