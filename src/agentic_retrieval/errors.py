@@ -350,6 +350,14 @@ class StoreClosedError(StoreUnavailableError):
         super().__init__(path, "it was closed (deleted or replaced)")
 
 
+class LexicalIndexDamagedError(StoreError):
+    """The store's lexical index could not be read (files missing or damaged).
+
+    Internal: the store rebuilds the index from its SQLite file and answers; it does not reach
+    a caller of :meth:`~agentic_retrieval.sources.local.LocalStore.search`.
+    """
+
+
 # --- knowledge-base directories ------------------------------------------------------------
 
 

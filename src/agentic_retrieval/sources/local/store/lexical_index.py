@@ -38,6 +38,7 @@ import tantivy
 from filelock import FileLock, Timeout
 from tantivy import Occur, Query
 
+from agentic_retrieval.errors import LexicalIndexDamagedError as LexicalIndexDamaged
 from agentic_retrieval.errors import StoreError
 from agentic_retrieval.sources.local.store.lexical import fts_segment, query_terms
 from agentic_retrieval.sources.local.store.schema import lexical_pending
@@ -139,10 +140,6 @@ def rid_set_query(rids: Sequence[int]) -> Query:
     return Query.term_set_query(SCHEMA, RID_FIELD, [int(rid) for rid in rids])
 
 
-class LexicalIndexDamaged(Exception):
-    """The index could not be read (files missing or damaged): rebuild it from SQLite."""
-
-
 @dataclass(frozen=True, slots=True)
 class _Live:
     """The index ``current`` names, opened, and what the reader last loaded."""
@@ -227,6 +224,17 @@ class LexicalIndex:
                 raise LexicalIndexDamaged(str(exc)) from exc
             return live.searcher
 
+    def _load(self, conn: sqlite3.Connection) -> None:
+        """Load the searcher now (at open, after a flush), not at the next search.
+
+        A store deleted while a search is under way keeps its SQLite file open, and that
+        search finishes on the searcher already loaded: the index's files are gone by then.
+        """
+        try:
+            self._searcher(conn)
+        except LexicalIndexDamaged as exc:  # the next search rebuilds it
+            logger.warning("could not load the lexical index %s: %s", self.path, exc)
+
     def _open_live(self, key: tuple[int, int]) -> _Live:
         current = _read_current(self.path)
         if not self._usable(current):
@@ -293,6 +301,7 @@ class LexicalIndex:
             if rebuild or self._needs_rebuild(conn):
                 self._rebuild(conn)
             self._apply_outbox(conn)
+            self._load(conn)
 
     def flush(self, conn: sqlite3.Connection, *, wait: bool = True) -> None:
         """Apply the outbox to the index: one tantivy commit for everything pending.
@@ -385,18 +394,22 @@ class LexicalIndex:
         try:
             index = _open_index(self.path / current["name"])
             writer = index.writer(WRITER_HEAP_BYTES, 1)
+            writer.garbage_collect_files()  # what a writer killed mid-commit left behind
+            for path in paths:
+                writer.delete_documents_by_term(DOC_FIELD, path)
+            for document in documents:
+                writer.add_document(document)
+            writer.commit()
+            writer.wait_merging_threads()
         except (OSError, ValueError) as exc:
+            # SQLite holds every chunk: an index that cannot take a commit is built again
             logger.warning("the lexical index %s is damaged (%s): rebuilding it", self.path, exc)
             self._rebuild(conn)
             _bump_status(conn, applied=int(rows[-1][0]))
+            self._load(conn)
             return
-        for path in paths:
-            writer.delete_documents_by_term(DOC_FIELD, path)
-        for document in documents:
-            writer.add_document(document)
-        writer.commit()
-        writer.wait_merging_threads()
         _bump_status(conn, applied=int(rows[-1][0]))
+        self._load(conn)
 
 
 def _rid(value: object) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentic_retrieval.errors import LexicalIndexDamagedError as LexicalIndexDamaged
 from agentic_retrieval.errors import StoreError, StoreNotFoundError, StoreUnavailableError
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
@@ -27,7 +28,6 @@ from agentic_retrieval.sources.local.store.filters import filter_sql, read_field
 from agentic_retrieval.sources.local.store.fusion import reciprocal_rank_fusion
 from agentic_retrieval.sources.local.store.lexical_index import (
     LexicalIndex,
-    LexicalIndexDamaged,
     restrict,
     rid_set_query,
     text_query,
@@ -132,11 +132,11 @@ class LocalStore(StoreConnections):
             # committed in SQLite and named in the outbox: the next flush or open applies it
             logger.warning("could not update the lexical index of %s yet: %s", self.path, exc)
 
-    def close(self) -> None:
-        """Close the store (see :meth:`StoreConnections.close`) and drop its lexical index."""
-        super().close()
+    def _close_connections(self) -> None:
+        """Close the connections and drop the lexical index, once no lease is out."""
+        super()._close_connections()
         index = getattr(self, "_lexical_index", None)
-        if index is not None:  # searches under way keep the searcher they hold
+        if index is not None:
             index.close()
 
     def _schema_version(self) -> int:
