@@ -75,10 +75,12 @@ class FileFailure:
 
 @dataclass(frozen=True, slots=True)
 class IndexProgress:
-    """Reported to the progress callback after each file."""
+    """Reported to the progress callback after each file (or record)."""
 
     done: int
     total: int
+    """How many the run will handle in all; while a records file is read, an estimate from
+    the share of its bytes read so far (the file is never counted ahead)."""
     path: str
     status: FileStatus
 

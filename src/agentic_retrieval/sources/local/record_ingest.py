@@ -23,7 +23,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ from agentic_retrieval.sources.local.records import (
     RecordError,
     RecordFailure,
     RecordFields,
-    read_records,
+    RecordsFile,
     to_record,
 )
 from agentic_retrieval.sources.local.store import RECORD_PREFIX, ChunkRecord, FileState, LocalStore
@@ -108,10 +108,11 @@ def index_records(
         ValueError: Invalid ``metadata`` names or values.
         StoreBusyError: Another run is writing to ``store`` (one writer at a time).
     """
-    items = [(f"record {n}", item) for n, item in enumerate(records, start=1)]
+    items = ((f"record {n}", item) for n, item in enumerate(records, start=1))
+    known = len(records) if isinstance(records, Sized) else None
     indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap, permissions)
     with store.exclusive_writer():
-        return indexer.run(items, progress, origin=None)
+        return indexer.run(items, progress, origin=None, expected=lambda done: known or done)
 
 
 def index_records_file(
@@ -128,9 +129,11 @@ def index_records_file(
 ) -> IndexReport:
     """Index a JSONL / JSON / CSV / TSV file of records and drop the ones it no longer holds.
 
-    Records indexed earlier from the same file (by absolute path) that are absent now are
-    deleted; records added from elsewhere are never touched. Malformed lines are reported in
-    ``failed`` as ``FILE:LINE``; the records they held (if indexed before) are kept.
+    The file is read as it is indexed (see :class:`RecordsFile`): memory holds a batch of
+    records, never the file. Records indexed earlier from the same file (by absolute path)
+    that are absent now are deleted; records added from elsewhere are never touched.
+    Malformed lines are reported in ``failed`` as ``FILE:LINE``; the records they held (if
+    indexed before) are kept.
 
     Raises:
         RecordError: The file is missing, of an unknown format, or unreadable as a whole.
@@ -139,10 +142,18 @@ def index_records_file(
     """
     origin = str(Path(path).expanduser().resolve())
     fields = fields or RecordFields()
-    items: list[tuple[str, RecordInput | RecordFailure]] = list(read_records(origin, fields))
+    records = RecordsFile(origin, fields)  # read as it is indexed: memory stays flat
+
+    def expected(done: int) -> int:
+        """The records the file holds, estimated from the share of its bytes read so far."""
+        read = records.bytes_read
+        if read <= 0 or read >= records.size:
+            return done
+        return max(done, round(done * records.size / read))
+
     indexer = _Indexer(store, fields, metadata, embeddings, chunk_size, overlap, permissions)
     with store.exclusive_writer():
-        return indexer.run(items, progress, origin=origin)
+        return indexer.run(iter(records), progress, origin=origin, expected=expected)
 
 
 def delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
@@ -196,10 +207,20 @@ class _Indexer:
 
     def run(
         self,
-        items: list[tuple[str, Any]],
+        items: Iterator[tuple[str, Any]],
         progress: ProgressCallback | None,
         origin: str | None,
+        expected: Callable[[int], int],
     ) -> IndexReport:
+        """Index ``items`` as they come (``(where, record)`` pairs, never held all at once).
+
+        Args:
+            items: The records, each with where it came from (for failures).
+            progress: Called after each record.
+            origin: The records file they were read from, if any (see ``_drop_stale``).
+            expected: How many records the run will see in all, given how many are done
+                (the progress total: an estimate while a file is being read).
+        """
         started = time.perf_counter()
         report = IndexReport()
         seen: set[str] = set()
@@ -213,7 +234,7 @@ class _Indexer:
                     self._queue(batch, writes, report)
                     batch = []
             if progress is not None:
-                progress(IndexProgress(done, len(items), where, status))
+                progress(IndexProgress(done, expected(done), where, status))
         self._queue(batch, writes, report)
         writes.flush()
         if origin is not None:

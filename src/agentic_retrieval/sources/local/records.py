@@ -19,13 +19,16 @@ file is its own record).
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from langchain_core.documents import Document
 
@@ -222,6 +225,8 @@ def read_records(
 ) -> Iterator[tuple[str, Record | RecordFailure]]:
     """Read a JSONL (``.jsonl``/``.ndjson``), JSON array, CSV or TSV file of records.
 
+    The file is read one record at a time (see :class:`RecordsFile`).
+
     Yields:
         ``(where, record or failure)`` pairs, where ``where`` is ``FILE:LINE`` (the row or
         element number for JSON arrays): a malformed line is a failure, not the end of the run.
@@ -230,27 +235,64 @@ def read_records(
         RecordError: The file is missing, unreadable, of an unknown format, or (JSON array,
             CSV header) unreadable as a whole.
     """
-    source = Path(path)
-    suffix = source.suffix.lower()
-    if suffix not in RECORD_FORMATS:
-        raise RecordError(
-            f"{source}: unknown records format {suffix or '(none)'!r} "
-            f"(use {', '.join(RECORD_FORMATS)})"
-        )
-    if not source.is_file():
-        reason = "not a regular file" if source.exists() else "no such records file"
-        raise RecordError(f"{source}: {reason}")
-    try:
-        if suffix in (".csv", ".tsv"):
-            yield from _parsed(
-                source, _read_table(source, "\t" if suffix == ".tsv" else ","), fields
+    yield from RecordsFile(path, fields)
+
+
+class RecordsFile:
+    """A records file read lazily, one record at a time, and how far it has been read.
+
+    Memory does not grow with the file: a JSONL line, a CSV row or a JSON array's element is
+    parsed, yielded and dropped before the next is read (``bytes_read`` and ``size`` drive a
+    progress bar). A line that is not valid JSON or not UTF-8 is a failure of that line; in a
+    JSON array, an element that cannot be parsed is a failure that ends the reading (what
+    follows it cannot be located), and the elements before it stay read.
+
+    Raises:
+        RecordError: (On creation) the file is missing or of an unknown format; (while
+            iterating) unreadable, not an array (JSON) or without a header row (CSV).
+    """
+
+    def __init__(self, path: str | Path, fields: RecordFields) -> None:
+        self.path = Path(path)
+        self.fields = fields
+        suffix = self.path.suffix.lower()
+        if suffix not in RECORD_FORMATS:
+            raise RecordError(
+                f"{self.path}: unknown records format {suffix or '(none)'!r} "
+                f"(use {', '.join(RECORD_FORMATS)})"
             )
-        elif suffix == ".json":
-            yield from _parsed(source, _read_array(source), fields)
-        else:
-            yield from _parsed(source, _read_lines(source), fields)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordError(f"{source}: cannot read ({exc})") from exc
+        if not self.path.is_file():
+            reason = "not a regular file" if self.path.exists() else "no such records file"
+            raise RecordError(f"{self.path}: {reason}")
+        self.suffix = suffix
+        self.size = self.path.stat().st_size
+        """The file's size in bytes when it was opened."""
+        self._handle: io.BufferedReader | None = None
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from the file so far (ahead of the last record by at most a buffer)."""
+        handle = self._handle
+        if handle is None or handle.closed:
+            return self.size if handle is not None else 0
+        return min(handle.raw.tell(), self.size)  # the buffer's reads, not the parser's
+
+    def __iter__(self) -> Iterator[tuple[str, Record | RecordFailure]]:
+        source = self.path
+        try:
+            with source.open("rb") as handle:
+                self._handle = handle
+                if self.suffix in (".csv", ".tsv"):
+                    text = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="")
+                    delimiter = "\t" if self.suffix == ".tsv" else ","
+                    yield from _parsed(source, _read_table(source, text, delimiter), self.fields)
+                elif self.suffix == ".json":
+                    text = io.TextIOWrapper(handle, encoding="utf-8-sig")
+                    yield from _parsed(source, _read_array(source, text), self.fields)
+                else:
+                    yield from _parsed(source, _read_lines(handle), self.fields)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RecordError(f"{source}: cannot read ({exc})") from exc
 
 
 def _parsed(
@@ -267,37 +309,128 @@ def _parsed(
             yield where, RecordFailure(where, str(exc))
 
 
-def _read_lines(source: Path) -> Iterator[tuple[int, Any]]:
-    with source.open(encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except ValueError as exc:
-                yield number, RecordFailure("", f"invalid JSON ({exc})")
+def _read_lines(handle: BinaryIO) -> Iterator[tuple[int, Any]]:
+    for number, raw in enumerate(handle, start=1):
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8) :]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield number, RecordFailure("", f"not UTF-8 ({exc})")
+            continue
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError as exc:
+            yield number, RecordFailure("", f"invalid JSON ({exc})")
 
 
-def _read_array(source: Path) -> Iterator[tuple[int, Any]]:
-    try:
-        data = json.loads(source.read_text(encoding="utf-8-sig"))
-    except ValueError as exc:
-        raise RecordError(f"{source}: invalid JSON ({exc})") from exc
-    if not isinstance(data, list):
+MAX_JSON_ELEMENT_CHARS = 256 * 1024 * 1024
+"""The largest element of a JSON array records file (characters): an element is parsed
+whole, so this bounds what one element can hold in memory."""
+_JSON_READ_CHARS = 1 << 16
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _read_array(source: Path, handle: io.TextIOBase) -> Iterator[tuple[int, Any]]:
+    """The elements of a JSON array, parsed one at a time from a window of the file."""
+    text = _JsonWindow(handle)
+    if text.next_char() != "[":
         raise RecordError(f"{source}: a .json records file must hold an array of objects")
-    yield from enumerate(data, start=1)
+    count = 0
+    if text.peek_char() == "]":
+        text.next_char()
+    else:
+        for number in itertools.count(1):
+            count = number
+            try:
+                yield number, text.value()
+            except ValueError as exc:
+                reason = f"invalid JSON ({exc}); the elements after it are not read"
+                yield number, RecordFailure("", reason)
+                return
+            delimiter = text.next_char()
+            if delimiter == "]":
+                break
+            if delimiter != ",":
+                found = repr(delimiter) if delimiter else "the end of the file"
+                reason = f"invalid JSON (expected ',' or ']' after element {number}, found {found})"
+                yield number + 1, RecordFailure("", reason)
+                return
+    if text.next_char():
+        yield count + 1, RecordFailure("", "invalid JSON (data after the array's end)")
 
 
-def _read_table(source: Path, delimiter: str) -> Iterator[tuple[int, Any]]:
-    with source.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter=delimiter)
-        if not reader.fieldnames:
-            raise RecordError(f"{source}: no header row")
-        for row in reader:
-            if None in row:
-                yield reader.line_num, RecordFailure("", "more cells than header columns")
+class _JsonWindow:
+    """A sliding window over a text file for parsing a JSON array's elements one by one."""
+
+    def __init__(self, handle: io.TextIOBase) -> None:
+        self.handle = handle
+        self.buffer = ""
+        self.position = 0
+        self.eof = False
+
+    def _read(self) -> bool:
+        """Read more (as much again as is buffered: re-parsing a long element stays linear)."""
+        if self.eof:
+            return False
+        if self.position > len(self.buffer) // 2:  # drop what has been parsed
+            self.buffer, self.position = self.buffer[self.position :], 0
+        pending = len(self.buffer) - self.position
+        if pending > MAX_JSON_ELEMENT_CHARS:
+            raise ValueError(f"an element longer than {MAX_JSON_ELEMENT_CHARS:,} characters")
+        more = self.handle.read(max(_JSON_READ_CHARS, pending))
+        self.eof = not more
+        self.buffer += more
+        return bool(more)
+
+    def _skip_space(self) -> None:
+        while True:
+            match = _JSON_SPACE.match(self.buffer, self.position)
+            self.position = match.end() if match else self.position
+            if self.position < len(self.buffer) or not self._read():
+                return
+
+    def peek_char(self) -> str:
+        """The next character that is not white space (``""`` at the end of the file)."""
+        self._skip_space()
+        return self.buffer[self.position : self.position + 1]
+
+    def next_char(self) -> str:
+        """Consume and return :meth:`peek_char`."""
+        char = self.peek_char()
+        self.position += len(char)
+        return char
+
+    def value(self) -> Any:
+        """Parse the next value (raises ``ValueError`` when it is not valid JSON)."""
+        self._skip_space()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.buffer, self.position)
+            except ValueError:
+                if self._read():  # perhaps cut by the window: try again with more
+                    continue
+                raise
+            if end == len(self.buffer) and self._read():  # a number may go on
                 continue
-            yield reader.line_num, {k: typed_cell(v) for k, v in row.items() if v not in ("", None)}
+            self.position = end
+            return value
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _read_table(source: Path, handle: io.TextIOBase, delimiter: str) -> Iterator[tuple[int, Any]]:
+    reader = csv.DictReader(handle, delimiter=delimiter)
+    if not reader.fieldnames:
+        raise RecordError(f"{source}: no header row")
+    for row in reader:
+        if None in row:
+            yield reader.line_num, RecordFailure("", "more cells than header columns")
+            continue
+        yield reader.line_num, {k: typed_cell(v) for k, v in row.items() if v not in ("", None)}
 
 
 def typed_cell(raw: str) -> Any:
