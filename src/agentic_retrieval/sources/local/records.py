@@ -423,10 +423,30 @@ _DECODER = json.JSONDecoder()
 
 
 def _read_table(source: Path, handle: io.TextIOBase, delimiter: str) -> Iterator[tuple[int, Any]]:
+    """The rows of a CSV/TSV file as dicts; a row the csv module refuses fails alone.
+
+    A cell holds at most ``csv.field_size_limit()`` characters (131,072 unless the
+    application changes it): a longer one fails its row.
+    """
     reader = csv.DictReader(handle, delimiter=delimiter)
-    if not reader.fieldnames:
+    try:
+        header = reader.fieldnames
+    except csv.Error as exc:
+        raise RecordError(f"{source}: unreadable header row ({exc})") from exc
+    if not header:
         raise RecordError(f"{source}: no header row")
-    for row in reader:
+    lines = reader.reader  # counts the lines a failing row consumed too (DictReader does not)
+    while True:
+        before = lines.line_num
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if lines.line_num == before:  # nothing consumed: no way past it
+                raise RecordError(f"{source}:{before + 1}: unreadable ({exc})") from exc
+            yield lines.line_num, RecordFailure("", f"unreadable row ({exc})")
+            continue
         if None in row:
             yield reader.line_num, RecordFailure("", "more cells than header columns")
             continue
