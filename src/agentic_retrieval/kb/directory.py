@@ -5,7 +5,8 @@ Layout::
     my-kb/
       knowledge-base.json   # {"name", "description", "sources": [{"name", "kind", "description",
                             #   "database", "embeddings", "embedding_model",
-                            #   "embedding_dimension"}], "settings": {"retrievalInstructions",
+                            #   "embedding_dimension", "vectors_made_with"}],
+                            #   "settings": {"retrievalInstructions",
                             #   "answerInstructions", "retrieveDefaults"}}
       handbook.sqlite       # one LocalKnowledgeSource per entry
       policies.sqlite
@@ -18,10 +19,14 @@ win over them, and they win over the service defaults.
 ``embeddings: true`` means the source was indexed with vectors of ``embedding_model``
 (``local`` for the bundled all-MiniLM-L6-v2, or ``provider:model`` for LangChain's
 ``init_embeddings``; manifests written before models had names mean ``local``) and
-``embedding_dimension``. It is opened with that model, built by name, unless an
-``Embeddings`` object is given to :meth:`KnowledgeBaseDirectory.open_sources`; an object that
-reports another model name, or an index whose vectors have another dimension, is an error
-rather than silently mismatched vectors.
+``embedding_dimension``; ``vectors_made_with`` copies what the index itself records of how
+its vectors were made (``["local@bf16"]``: the local model in bfloat16; see
+:func:`~agentic_retrieval.embeddings.vectors_made_with`). It is opened with that model,
+built by name, unless an ``Embeddings`` object is given to
+:meth:`KnowledgeBaseDirectory.open_sources`; an object that reports another model name, or an
+index whose vectors have another dimension, is an error rather than silently mismatched
+vectors. Vectors of one model made in bf16 and in fp32 may share an index (measured
+equivalent: benchmarks/README.md, "Embedding precision"), so another precision is not.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from agentic_retrieval.sources.local import (
     StoreError,
 )
 from agentic_retrieval.sources.local.records import RecordFields
-from agentic_retrieval.sources.local.store import lexical_directory
+from agentic_retrieval.sources.local.store import VECTOR_FILE_SUFFIX, lexical_directory
 from agentic_retrieval.wire.models import describe_validation_error
 
 MANIFEST_NAME = "knowledge-base.json"
@@ -68,6 +73,8 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MANIFEST_LOCK_SECONDS = 30.0
 """How long a manifest update waits for another process's update to finish."""
 """A manifest lists sources; anything bigger is not one (and is not read into memory)."""
+MAX_VECTORS_MADE_WITH = 16
+MAX_MADE_WITH_CHARS = 256
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}\Z")
 
 EmbeddingsChoice = Embeddings | Literal[False] | None
@@ -90,6 +97,8 @@ class SourceEntry:
     """``local`` or ``provider:model`` when ``embeddings`` is on."""
     embedding_dimension: int | None = None
     """The vectors' dimension, recorded once the source holds vectors."""
+    vectors_made_with: tuple[str, ...] = ()
+    """How the index's vectors were made (``local@bf16``...), as the index records it."""
 
 
 class KnowledgeBaseDirectory:
@@ -419,7 +428,7 @@ class KnowledgeBaseDirectory:
         """
         source = self.open_source(source_name, embeddings, create=True)
         report = source.index(paths, metadata=metadata, progress=progress, permissions=permissions)
-        self._record_dimension(source_name, source)
+        self._record_vectors(source_name, source)
         return report
 
     def index_records(
@@ -443,20 +452,25 @@ class KnowledgeBaseDirectory:
         report = source.index_records(
             path, fields=fields, metadata=metadata, progress=progress, permissions=permissions
         )
-        self._record_dimension(source_name, source)
+        self._record_vectors(source_name, source)
         return report
 
-    def _record_dimension(self, name: str, source: LocalKnowledgeSource) -> None:
-        """Write the vectors' dimension into the manifest once the source has some."""
+    def _record_vectors(self, name: str, source: LocalKnowledgeSource) -> None:
+        """Copy the vectors' dimension and making into the manifest once the source has some."""
         entry = self._entry(name)
         dimension = source.store.dimension() if entry.embeddings else None
-        if dimension is None or entry.embedding_dimension == dimension:
+        if dimension is None:
+            return
+        made_with = source.store.recorded_vectors_made_with()
+        if (entry.embedding_dimension, entry.vectors_made_with) == (dimension, made_with):
             return
         with self._manifest_lock():
             self._reload_entries()
             entry = self._entry(name)
             with self._lock:
-                self._entries[name] = dataclasses.replace(entry, embedding_dimension=dimension)
+                self._entries[name] = dataclasses.replace(
+                    entry, embedding_dimension=dimension, vectors_made_with=made_with
+                )
             self._save()
 
     def remove_source(self, name: str) -> None:
@@ -474,7 +488,7 @@ class KnowledgeBaseDirectory:
             if opened is not None:
                 opened.close()
             self._save()  # first: a crash now leaves an unused file, never a dangling entry
-        for suffix in ("", "-wal", "-shm", ".lock"):
+        for suffix in ("", "-wal", "-shm", ".lock", VECTOR_FILE_SUFFIX):
             (self.path / f"{entry.database}{suffix}").unlink(missing_ok=True)
         shutil.rmtree(lexical_directory(self.path / entry.database), ignore_errors=True)
 
@@ -519,6 +533,10 @@ def _entry_json(entry: SourceEntry) -> dict[str, Any]:
     for key in ("embedding_model", "embedding_dimension"):
         if data[key] is None:
             del data[key]
+    if entry.vectors_made_with:
+        data["vectors_made_with"] = list(entry.vectors_made_with)
+    else:
+        del data["vectors_made_with"]
     return data
 
 
@@ -542,6 +560,16 @@ def _entry_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
     dimension = raw.get("embedding_dimension")
     if dimension is not None and (isinstance(dimension, bool) or not isinstance(dimension, int)):
         raise ValueError(f"source {name!r}: embedding_dimension must be an integer")
+    made_with = raw.get("vectors_made_with", [])
+    if (
+        not isinstance(made_with, list)
+        or len(made_with) > MAX_VECTORS_MADE_WITH
+        or not all(isinstance(m, str) and 0 < len(m) <= MAX_MADE_WITH_CHARS for m in made_with)
+    ):
+        raise ValueError(
+            f"source {name!r}: vectors_made_with must be a list of at most "
+            f"{MAX_VECTORS_MADE_WITH} names of at most {MAX_MADE_WITH_CHARS} characters"
+        )
     return {
         "name": name,
         "description": str(raw.get("description", "")),
@@ -552,6 +580,7 @@ def _entry_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
         if embeddings
         else None,
         "embedding_dimension": dimension if embeddings else None,
+        "vectors_made_with": tuple(made_with) if embeddings else (),
     }
 
 
@@ -564,6 +593,7 @@ def _embedding_fields(current: SourceEntry | None, choice: bool | str | None) ->
             "embeddings": current.embeddings,
             "embedding_model": current.embedding_model,
             "embedding_dimension": current.embedding_dimension,
+            "vectors_made_with": current.vectors_made_with,
         }
     if choice is False:
         return {"embeddings": False}
@@ -579,6 +609,7 @@ def _embedding_fields(current: SourceEntry | None, choice: bool | str | None) ->
         "embeddings": True,
         "embedding_model": model,
         "embedding_dimension": current.embedding_dimension if keep and current else None,
+        "vectors_made_with": current.vectors_made_with if keep and current else (),
     }
 
 

@@ -47,7 +47,7 @@ from typing import Any, Literal
 from filelock import FileLock, Timeout
 
 from agentic_retrieval.errors import PreconditionFailedError, StoreClosedError
-from agentic_retrieval.sources.local.store import LocalStore, lexical_directory
+from agentic_retrieval.sources.local.store import VECTOR_FILE_SUFFIX, LocalStore, lexical_directory
 from agentic_retrieval.sources.local.store.lexical_index import DIRECTORY_SUFFIX
 
 logger = logging.getLogger(__name__)
@@ -661,7 +661,7 @@ def _now() -> str:
 
 
 def _unlink_store(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", VECTOR_FILE_SUFFIX):
         try:
             Path(f"{path}{suffix}").unlink()
         except FileNotFoundError:

@@ -12,6 +12,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from agentic_retrieval.embeddings import vectors_made_with
 from agentic_retrieval.errors import (
     FilterNotSupportedError,
     PermissionsNotEnforceableError,
@@ -103,8 +104,16 @@ class LocalKnowledgeSource:
         self.chunk_size = chunk_size
         self.overlap = overlap
         self.store = LocalStore(path, create=create)
+        # the store records it beside the vectors it writes ("local@bf16")
+        self.store.vectors_made_with = vectors_made_with(embeddings) if embeddings else None
         if embeddings is None:
             logger.info("local source %r has no embeddings: lexical (BM25) search only", name)
+
+    def _refreshed(self, report: IndexReport) -> IndexReport:
+        """``report``, once the store's vector graph (if it needs one) is current and saved."""
+        if self.embeddings is not None:
+            self.store.refresh_vectors()
+        return report
 
     @property
     def path(self) -> Path:
@@ -209,15 +218,17 @@ class LocalKnowledgeSource:
         ``permissions`` says who may see these files (a ``NAME.permissions.json`` sidecar
         overrides it per file); ``None`` keeps each file's earlier permissions.
         """
-        return index_paths(
-            self.store,
-            paths,
-            metadata=metadata,
-            embeddings=self.embeddings,
-            progress=progress,
-            chunk_size=self.chunk_size,
-            overlap=self.overlap,
-            permissions=permissions,
+        return self._refreshed(
+            index_paths(
+                self.store,
+                paths,
+                metadata=metadata,
+                embeddings=self.embeddings,
+                progress=progress,
+                chunk_size=self.chunk_size,
+                overlap=self.overlap,
+                permissions=permissions,
+            )
         )
 
     def add_documents(
@@ -263,16 +274,18 @@ class LocalKnowledgeSource:
             user_ids_field=user_ids_field,
             group_ids_field=group_ids_field,
         )
-        return index_records(
-            self.store,
-            documents,
-            fields=fields,
-            metadata=metadata,
-            embeddings=self.embeddings,
-            progress=progress,
-            chunk_size=self.chunk_size,
-            overlap=self.overlap,
-            permissions=permissions,
+        return self._refreshed(
+            index_records(
+                self.store,
+                documents,
+                fields=fields,
+                metadata=metadata,
+                embeddings=self.embeddings,
+                progress=progress,
+                chunk_size=self.chunk_size,
+                overlap=self.overlap,
+                permissions=permissions,
+            )
         )
 
     def index_records(
@@ -285,16 +298,18 @@ class LocalKnowledgeSource:
         permissions: Permissions | None = None,
     ) -> IndexReport:
         """Index a JSONL / JSON / CSV / TSV records file (see :func:`index_records_file`)."""
-        return index_records_file(
-            self.store,
-            path,
-            fields=fields,
-            metadata=metadata,
-            embeddings=self.embeddings,
-            progress=progress,
-            chunk_size=self.chunk_size,
-            overlap=self.overlap,
-            permissions=permissions,
+        return self._refreshed(
+            index_records_file(
+                self.store,
+                path,
+                fields=fields,
+                metadata=metadata,
+                embeddings=self.embeddings,
+                progress=progress,
+                chunk_size=self.chunk_size,
+                overlap=self.overlap,
+                permissions=permissions,
+            )
         )
 
     def delete_documents(self, ids: Iterable[str]) -> IndexReport:

@@ -3,10 +3,10 @@
 One module per concern: :mod:`.schema` (tables, migrations), :mod:`.connections`
 (connections, leases, the writer lock, transactions), :mod:`.lexical` (query terms),
 :mod:`.lexical_index` (the tantivy index beside the file, its outbox, rebuilds),
-:mod:`.vectors` (dense search), :mod:`.filters` (OData filters as SQL),
-:mod:`.permissions` (permission rows and trimming), :mod:`.search` and :mod:`.fusion`
-(reading ranked hits back, reciprocal rank fusion), and :mod:`.local_store`, the
-:class:`LocalStore` that ties them together.
+:mod:`.vectors` and :mod:`.ann` (dense search, exact or HNSW), :mod:`.filters` (OData
+filters as SQL), :mod:`.permissions` (permission rows and trimming), :mod:`.search` and
+:mod:`.fusion` (reading ranked hits back, reciprocal rank fusion), and :mod:`.local_store`,
+the :class:`LocalStore` that ties them together.
 """
 
 from agentic_retrieval.sources.local.store.filters import metadata_column
@@ -29,6 +29,7 @@ from agentic_retrieval.sources.local.store.rows import (
 )
 from agentic_retrieval.sources.local.store.schema import SCHEMA as _SCHEMA
 from agentic_retrieval.sources.local.store.schema import SCHEMA_VERSION
+from agentic_retrieval.sources.local.store.vectors import VECTOR_FILE_SUFFIX
 
 __all__ = [
     "PUBLIC",
@@ -37,6 +38,7 @@ __all__ = [
     "RESTRICTED",
     "RRF_K",
     "SCHEMA_VERSION",
+    "VECTOR_FILE_SUFFIX",
     "_SCHEMA",
     "AccessSummary",
     "ChunkRecord",

@@ -22,7 +22,7 @@ from agentic_retrieval.errors import StoreError, StoreNotFoundError, StoreUnavai
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.health import StoreHealth, is_damage
-from agentic_retrieval.sources.local.store import lexical, schema
+from agentic_retrieval.sources.local.store import ann, lexical, schema
 from agentic_retrieval.sources.local.store.connections import StoreConnections, leased
 from agentic_retrieval.sources.local.store.filters import filter_sql, read_field_levels
 from agentic_retrieval.sources.local.store.fusion import reciprocal_rank_fusion
@@ -52,7 +52,12 @@ from agentic_retrieval.sources.local.store.search import (
     existing_rids,
     fetch_hits,
 )
-from agentic_retrieval.sources.local.store.vectors import VectorIndex, vector_blobs
+from agentic_retrieval.sources.local.store.vectors import (
+    VectorIndex,
+    read_made_with,
+    record_made_with,
+    vector_blobs,
+)
 
 logger = logging.getLogger(__name__)
 _CANCEL_CHECK_STEPS = 10_000
@@ -93,7 +98,11 @@ class LocalStore(StoreConnections):
                 )
             path.parent.mkdir(parents=True, exist_ok=True)
         super().__init__(path, create=create)
-        self._vectors = VectorIndex()
+        self._vectors = VectorIndex(path)
+        self.vectors_made_with: str | None = None
+        """How the vectors this object writes were made (``local@bf16``; see
+        :func:`~agentic_retrieval.embeddings.vectors_made_with`): recorded with them by
+        :meth:`replace_file`. The source that embeds sets it."""
         if not create and not schema.is_store(self._connection()):
             raise StoreError(
                 f"{self.path} is not a local source index (it has no chunks table); "
@@ -133,11 +142,12 @@ class LocalStore(StoreConnections):
             logger.warning("could not update the lexical index of %s yet: %s", self.path, exc)
 
     def _close_connections(self) -> None:
-        """Close the connections and drop the lexical index, once no lease is out."""
+        """Close the connections, the lexical index and a graph build, once no lease is out."""
         super()._close_connections()
         index = getattr(self, "_lexical_index", None)
         if index is not None:
             index.close()
+        self._vectors.close()  # a graph being built in the background stops, saving nothing
 
     def _schema_version(self) -> int:
         return schema.schema_version(self._connection())
@@ -394,6 +404,8 @@ class LocalStore(StoreConnections):
                     "INSERT OR IGNORE INTO meta(key, value) VALUES ('dimension', ?)",
                     (str(len(vectors[0])),),
                 )
+                if self.vectors_made_with:
+                    record_made_with(conn, self.vectors_made_with)
             if permissions is not None:
                 write_permissions(conn, int(file_id or 0), permissions)
             schema.note_lexical_change(conn, state.path)
@@ -455,6 +467,11 @@ class LocalStore(StoreConnections):
         conn.execute("DELETE FROM file_principals WHERE file_id = ?", (row[0],))
         conn.execute("DELETE FROM files WHERE id = ?", (row[0],))
         return int(removed)
+
+    @leased
+    def recorded_vectors_made_with(self) -> tuple[str, ...]:
+        """How the index's vectors were made, every way recorded (``("local@bf16",)``)."""
+        return read_made_with(self._connection())
 
     @leased
     def dimension(self) -> int | None:
@@ -652,6 +669,19 @@ class LocalStore(StoreConnections):
         conn = self._connection()
         allowed = allowed_rids(conn, where, params)
         return self._vectors.search(conn, self.generation(), query_vector, depth, allowed)
+
+    @leased
+    def refresh_vectors(self) -> None:
+        """Bring the in-memory vectors up to date and save their graph, if they have one.
+
+        Called after indexing, so that the next process to open the store loads the graph
+        instead of building it on its first query. Does nothing where search stays exact (no
+        faiss, or fewer chunks than :data:`~.ann.ANN_MIN_VECTORS`).
+        """
+        if not ann.faiss_available() or self.count_chunks() < ann.ANN_MIN_VECTORS:
+            return
+        with self._snapshot():
+            self._vectors.refresh(self._connection(), self.generation())
 
     def _similarities(
         self, query_vector: Sequence[float], ranked: Sequence[tuple[int, float]]

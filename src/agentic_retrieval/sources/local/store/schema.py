@@ -14,10 +14,14 @@ Tables:
   name the fields found at each level);
 - ``lexical_outbox``: the paths of documents written since the lexical index (tantivy, beside
   the file: see :mod:`.lexical_index`) last took them in; emptied after each tantivy commit;
-- ``meta``: a ``generation`` counter bumped by every write, so readers know when their
-  in-memory vector matrix is stale, plus the embedding dimension, the ``schema_version``,
-  ``next_rid`` (row ids are never reused: a rid always names the same chunk) and
-  ``store_id`` (a random id the lexical index is built for);
+- ``meta``: a ``generation`` counter bumped by every write, so readers know when what they
+  cached is stale, plus the embedding dimension, how the vectors were made
+  (``vectors_made_with``), the ``schema_version``, ``next_rid`` (row ids are never reused: a
+  rid always names the same chunk) and ``store_id`` (a random id the lexical index and the
+  saved vector graph are built for);
+- ``vector_log``: the rid of every chunk with a vector written or deleted, in order (kept by
+  triggers), so the in-memory vectors and their saved graph catch up with only what changed
+  (see :mod:`.vectors`); trimmed once a saved graph covers it;
 - ``file_principals``: the users (``u:<id>``) and groups (``g:<id>``) allowed to see each
   file or record whose ``files.access`` is ``restricted``; ``access`` is ``public``, or
   ``NULL`` for a document ingested without permissions (see :mod:`agentic_retrieval.permissions`).
@@ -66,6 +70,19 @@ CREATE TABLE IF NOT EXISTS fields (
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
+INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', lower(hex(randomblob(16))));
+CREATE TABLE IF NOT EXISTS vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, rid INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS chunks_vector_ai AFTER INSERT ON chunks
+WHEN new.vector IS NOT NULL BEGIN
+    INSERT INTO vector_log(rid) VALUES (new.rid);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_vector_ad AFTER DELETE ON chunks
+WHEN old.vector IS NOT NULL BEGIN
+    INSERT INTO vector_log(rid) VALUES (old.rid);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_vector_au AFTER UPDATE OF vector ON chunks BEGIN
+    INSERT INTO vector_log(rid) VALUES (new.rid);
+END;
 """
 
 SCHEMA_VERSION = 4

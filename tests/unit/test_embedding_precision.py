@@ -1,0 +1,149 @@
+"""The local model's precision: bf16 where the CPU has it, fp32 elsewhere, forced by a setting."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tests.fakes import ConceptEmbeddings, NamedConcepts, write
+
+import agentic_retrieval.embeddings as embeddings_module
+from agentic_retrieval.embeddings import (
+    PRECISION_ENV_VAR,
+    LocalEmbeddings,
+    local_embeddings_available,
+    resolve_precision,
+    vectors_made_with,
+)
+from agentic_retrieval.errors import EmbeddingsConfigError, KnowledgeBaseDirectoryError
+from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.sources.base import SearchQuery
+
+needs_model = pytest.mark.skipif(
+    not local_embeddings_available(), reason="the [local] extra is not installed"
+)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_follows_the_cpu(monkeypatch, native):
+    monkeypatch.delenv(PRECISION_ENV_VAR, raising=False)
+    monkeypatch.setattr(embeddings_module, "bf16_supported", lambda: native)
+    expected = "bf16" if native else "fp32"
+    assert resolve_precision(None) == expected
+    assert resolve_precision("auto") == expected
+    assert resolve_precision(" AUTO ") == expected
+    # other devices keep fp32: bf16 autocast was measured on CPUs only
+    assert resolve_precision("auto", device="cuda") == "fp32"
+
+
+def test_a_setting_forces_either(monkeypatch):
+    monkeypatch.setattr(embeddings_module, "bf16_supported", lambda: True)
+    monkeypatch.setenv(PRECISION_ENV_VAR, "fp32")
+    assert resolve_precision(None) == "fp32"
+    assert resolve_precision("bf16") == "bf16"  # an explicit argument wins over the variable
+    monkeypatch.setattr(embeddings_module, "bf16_supported", lambda: False)
+    monkeypatch.setenv(PRECISION_ENV_VAR, "bf16")
+    assert resolve_precision(None) == "bf16"
+
+
+def test_a_bad_precision_is_named(monkeypatch):
+    monkeypatch.setenv(PRECISION_ENV_VAR, "int8")
+    with pytest.raises(EmbeddingsConfigError, match=rf"\${PRECISION_ENV_VAR} 'int8'.*auto"):
+        resolve_precision(None)
+    with pytest.raises(EmbeddingsConfigError, match="precision 'half'"):
+        resolve_precision("half")
+
+
+def test_other_models_are_named_as_they_report():
+    assert vectors_made_with(NamedConcepts("text-embedding-3-small")) == "text-embedding-3-small"
+    assert vectors_made_with(ConceptEmbeddings()) is None  # reports no name: nothing recorded
+
+
+@needs_model
+def test_both_precisions_make_the_same_vectors_within_bf16_rounding():
+    texts = [
+        "The late fee is five euros per day.",
+        "Boundary layer transition on a swept wing at supersonic speed.",
+        "Which plan pays for a doctor outside the network?",
+    ]
+    fp32 = LocalEmbeddings(precision="fp32")
+    bf16 = LocalEmbeddings(precision="bf16")
+    assert (fp32.precision, bf16.precision) == ("fp32", "bf16")
+    assert vectors_made_with(bf16) == "local@bf16"
+    assert vectors_made_with(fp32) == "local@fp32"
+    a = np.asarray(fp32.embed_documents(texts))
+    b = np.asarray(bf16.embed_documents(texts))
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-3)
+    cosines = np.sum(a * b, axis=1)
+    assert cosines.min() > 0.99, cosines  # measured 0.999+ (benchmarks/README.md)
+    assert not np.array_equal(a, b)  # bf16 really ran: its rounding shows
+    # the nearest passage of a query is the same either way
+    query = fp32.embed_query("how much is the fine for returning late")
+    assert int(np.argmax(a @ query)) == int(np.argmax(b @ query)) == 0
+
+
+class PrecisionConcepts(LocalEmbeddings):
+    """The local model's type with the concept fake's vectors: no weights loaded."""
+
+    def __init__(self, precision: str) -> None:
+        self.precision = precision  # type: ignore[assignment]
+        self._concepts = ConceptEmbeddings()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._concepts.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._concepts.embed_query(text)
+
+
+async def test_the_index_and_the_manifest_record_how_vectors_were_made(tmp_path):
+    write(tmp_path / "docs" / "car.txt", "The car needs new tires.")
+    kb = KnowledgeBaseDirectory(tmp_path / "kb").create(name="kb")
+    kb.add_or_update_source("s", embeddings=True)
+    kb.index("s", [tmp_path / "docs"], embeddings=PrecisionConcepts("bf16"))
+    manifest_path = tmp_path / "kb" / "knowledge-base.json"
+    entry = json.loads(manifest_path.read_text())["sources"][0]
+    assert entry["embedding_model"] == "local" and entry["vectors_made_with"] == ["local@bf16"]
+    assert kb.open_source("s").store.recorded_vectors_made_with() == ("local@bf16",)
+    kb.close()
+
+    # a machine without bf16 adds fp32 vectors of the same model to the same index: both are
+    # recorded, nothing is refused or re-embedded (measured equivalent), search finds both
+    write(tmp_path / "docs" / "fee.txt", "The late fee is five euros.")
+    kb = KnowledgeBaseDirectory(tmp_path / "kb").load()
+    report = kb.index("s", [tmp_path / "docs"], embeddings=PrecisionConcepts("fp32"))
+    assert report.indexed == [str(tmp_path / "docs" / "fee.txt")]
+    entry = json.loads(manifest_path.read_text())["sources"][0]
+    assert entry["vectors_made_with"] == ["local@bf16", "local@fp32"]
+    source = kb.open_source("s")
+    hits = await source.search(SearchQuery(text="automobile price", top=5))
+    assert {h.doc_key for h in hits} == {"docs-car-txt-0", "docs-fee-txt-0"}
+    kb.close()
+
+
+def test_lexical_writes_and_unnamed_models_record_nothing(tmp_path):
+    write(tmp_path / "docs" / "car.txt", "The car needs new tires.")
+    kb = KnowledgeBaseDirectory(tmp_path / "kb").create(name="kb")
+    kb.add_or_update_source("plain")
+    kb.index("plain", [tmp_path / "docs"])
+    kb.add_or_update_source("unnamed", embeddings=True)
+    kb.index("unnamed", [tmp_path / "docs"], embeddings=ConceptEmbeddings())
+    for entry in json.loads((tmp_path / "kb" / "knowledge-base.json").read_text())["sources"]:
+        assert "vectors_made_with" not in entry
+    assert kb.open_source("unnamed").store.recorded_vectors_made_with() == ()
+    kb.close()
+
+
+@pytest.mark.parametrize(
+    "value", ["local@bf16", [1], ["x" * 257], [""], [f"m{i}" for i in range(17)]]
+)
+def test_a_malformed_record_in_the_manifest_is_refused(tmp_path, value):
+    kb = KnowledgeBaseDirectory(tmp_path / "kb").create(name="kb")
+    kb.add_or_update_source("s", embeddings=True)
+    manifest_path = tmp_path / "kb" / "knowledge-base.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["sources"][0]["vectors_made_with"] = value
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(KnowledgeBaseDirectoryError, match="vectors_made_with must be a list"):
+        KnowledgeBaseDirectory(tmp_path / "kb").load()
