@@ -284,6 +284,7 @@ def main() -> int:
     parser.add_argument("--store", action="store_true", help="hybrid search through a store")
     parser.add_argument("--ef", type=int, default=ann.EF_SEARCH)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--max-queries", type=int, default=0, help="use only the first N")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     import faiss
@@ -305,6 +306,8 @@ def main() -> int:
         return 0
     efs = [int(e) for e in args.efs.split(",")]
     table = []
+    if args.max_queries:
+        sets = {name: (docs, asked[: args.max_queries]) for name, (docs, asked) in sets.items()}
     wanted = args.sets.split(",")
     for name, (docs, queries) in sets.items():
         if name.split(" ")[0] in wanted or (" x" in name and "scaled" in wanted):
