@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -97,7 +98,7 @@ class PrecisionConcepts(LocalEmbeddings):
         return self._concepts.embed_query(text)
 
 
-async def test_the_index_and_the_manifest_record_how_vectors_were_made(tmp_path):
+async def test_the_index_and_the_manifest_record_how_vectors_were_made(tmp_path, caplog):
     write(tmp_path / "docs" / "car.txt", "The car needs new tires.")
     kb = KnowledgeBaseDirectory(tmp_path / "kb").create(name="kb")
     kb.add_or_update_source("s", embeddings=True)
@@ -112,7 +113,11 @@ async def test_the_index_and_the_manifest_record_how_vectors_were_made(tmp_path)
     # recorded, nothing is refused or re-embedded (measured equivalent), search finds both
     write(tmp_path / "docs" / "fee.txt", "The late fee is five euros.")
     kb = KnowledgeBaseDirectory(tmp_path / "kb").load()
-    report = kb.index("s", [tmp_path / "docs"], embeddings=PrecisionConcepts("fp32"))
+    with caplog.at_level(logging.INFO, logger="agentic_retrieval.kb.directory"):
+        report = kb.index("s", [tmp_path / "docs"], embeddings=PrecisionConcepts("fp32"))
+    assert "holds vectors made with local@bf16; its queries are embedded with local@fp32" in (
+        caplog.text
+    )
     assert report.indexed == [str(tmp_path / "docs" / "fee.txt")]
     entry = json.loads(manifest_path.read_text())["sources"][0]
     assert entry["vectors_made_with"] == ["local@bf16", "local@fp32"]
