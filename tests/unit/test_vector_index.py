@@ -97,7 +97,7 @@ def test_deleted_rows_never_return_and_many_deletes_rebuild(small_graphs):
     assert rows.graph is first  # the old rows stay as they were while the new ones build
     rows = rebuilt
     assert rows.graph is not first and rows.size == rows.live == 220
-    # a rid written again (SQLite reuses the largest rids) holds its new vector only
+    # a rid written again holds its new vector only
     rows.add([300], data[7:8])
     assert rows.live == 220 and rows.search(data[7], 2)[0][0] == 300
     assert rows.similarities(data[7], np.asarray([300, 1]))[300] == pytest.approx(1.0, abs=1e-5)
@@ -231,8 +231,8 @@ def test_rewritten_and_deleted_chunks_are_seen_by_every_reader(tmp_path, small_g
     reader._vectors.wait()
     assert dense_ids(reader, probe, 1) == ["f59-2"]
     assert reader._vectors.state["graph"]
-    # the last file deleted and another written: it gets the rids f59 had (SQLite reuses the
-    # largest ones); the reader must see the new vectors, not the ones it held for those rids
+    # the last file deleted and another written: the reader must drop f59's vectors and see
+    # the new ones, whichever rids they got
     writer.delete_file("/virtual/f59")
     add_file(writer, "new", vectors_from="other")
     hits = dense_ids(reader, probe, 3)

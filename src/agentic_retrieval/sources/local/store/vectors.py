@@ -4,9 +4,8 @@
 and a faiss HNSW graph once they are many: see :mod:`.ann`), shared by the store's threads and
 kept current from the store's ``vector_log``: a trigger appends a chunk's rid there whenever a
 chunk with a vector is written or deleted, so a reader applies only what changed since the
-write generation it holds, whichever process wrote it. (SQLite gives a new chunk the largest
-rid plus one, so re-indexing the last file reuses the rids its old chunks had: rid ranges
-cannot tell new vectors from old ones, the log can.)
+write generation it holds, whichever process wrote it. (Row ids are never reused, so new
+chunks could be found by rid range, but deleted ones could not without reading every rid.)
 
 Building a graph costs a few tenths of a millisecond of CPU per vector, so it never runs on
 the query path: indexing builds it (:meth:`VectorIndex.refresh`, next to the ~40 ms per
