@@ -347,7 +347,7 @@ def save(rows: VectorRows, path: Path, header: dict[str, Any]) -> None:
         raise ValueError("only rows held entirely by a graph are saved")
     faiss = _faiss()
 
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with temporary.open("wb") as out:
             meta = json.dumps({**header, "dimension": rows.dimension, "size": rows.size}).encode()
