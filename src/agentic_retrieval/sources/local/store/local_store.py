@@ -109,6 +109,7 @@ class LocalStore(StoreConnections):
                 "nothing was changed"
             )
         self._connection().executescript(schema.SCHEMA)
+        self._connection().executescript(schema.VECTOR_LOG_SCHEMA)
         schema.migrate(self.path, self._connection(), self._write)
         rebuild = schema.drop_old_triggers(self._connection(), self._write)
         self._health = StoreHealth(self.path)

@@ -70,6 +70,9 @@ CREATE TABLE IF NOT EXISTS fields (
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0');
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
+"""
+
+VECTOR_LOG_SCHEMA = """
 INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', lower(hex(randomblob(16))));
 CREATE TABLE IF NOT EXISTS vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, rid INTEGER NOT NULL);
 CREATE TRIGGER IF NOT EXISTS chunks_vector_ai AFTER INSERT ON chunks
@@ -84,6 +87,8 @@ CREATE TRIGGER IF NOT EXISTS chunks_vector_au AFTER UPDATE OF vector ON chunks B
     INSERT INTO vector_log(rid) VALUES (new.rid);
 END;
 """
+"""The vector log (see :mod:`.vectors`): run on every open after :data:`SCHEMA`, additive (an
+older file gains it as it is; the graph is then built from every vector once)."""
 
 SCHEMA_VERSION = 4
 """Version 2 added permissions (``files.access`` and ``file_principals``), version 3 the
