@@ -58,10 +58,6 @@ _MAGIC = b"ARVEC001"
 _ADD_BATCH = 1_024
 
 
-class BuildCancelled(Exception):
-    """A graph build stopped because its store was closed."""
-
-
 def _faiss() -> Any:
     """The faiss module (untyped: its SWIG bindings carry no usable type information)."""
     import faiss
@@ -200,14 +196,6 @@ class VectorRows:
             return True
         return self.size - self.live > REBUILD_DEAD_SHARE * self.size or self.fresh > FRESH_MAX
 
-    def rebuilt(self) -> VectorRows:
-        """New rows holding the live rows of these in a new graph (these are left as they are).
-
-        Reads these rows once at the start (a copy), so the caller may hold a lock for that
-        part only: see :meth:`snapshot`.
-        """
-        return self.snapshot().build()
-
     def snapshot(self) -> VectorRows:
         """A copy of the live rows, without a graph (cheap next to building one)."""
         keep = self._sorted_rows
@@ -218,12 +206,11 @@ class VectorRows:
         copy.builds = self.builds
         return copy
 
-    def build(self, cancel: threading.Event | None = None) -> VectorRows:
+    def build(self, cancel: threading.Event | None = None) -> VectorRows | None:
         """Put every row in a new graph (dead rows dropped first); returns ``self``.
 
-        Raises:
-            BuildCancelled: ``cancel`` was set (checked every :data:`_ADD_BATCH` vectors);
-                the rows are then unusable.
+        Returns ``None`` when ``cancel`` was set (checked every :data:`_ADD_BATCH` vectors):
+        the rows are then unusable.
         """
         if self.size > self.live:
             fresh = self.snapshot()
@@ -237,7 +224,7 @@ class VectorRows:
             vectors = self._buffer[: self._count]
         for start in range(0, len(vectors), _ADD_BATCH):
             if cancel is not None and cancel.is_set():
-                raise BuildCancelled
+                return None
             graph.add(vectors[start : start + _ADD_BATCH])
         self.graph = graph
         self.builds += 1

@@ -271,6 +271,9 @@ class VectorIndex:
         try:
             started = time.perf_counter()
             built = snapshot.build(self._cancel)
+            if built is None:
+                logger.info("vector graph build stopped: the store was closed")
+                return
             logger.info(
                 "built the vector graph of %d chunks in %.0f s",
                 built.live,
@@ -284,8 +287,6 @@ class VectorIndex:
                     logger.warning("could not save the vector graph %s: %s", self.file, exc)
             with self._lock:
                 self._built = (built, seq, store_id)
-        except ann.BuildCancelled:
-            logger.info("vector graph build stopped: the store was closed")
         except Exception:  # the store keeps answering exactly; the next write retries
             logger.exception("building the vector graph failed")
         finally:
