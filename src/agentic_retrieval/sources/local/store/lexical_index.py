@@ -54,7 +54,9 @@ DOC_FIELD = "doc"
 TEXT_FIELDS = ("title", "content")
 PRINCIPALS_FIELD = "principals"
 WRITER_HEAP_BYTES = 64_000_000
-"""The tantivy writer's indexing buffer: past it, tantivy writes a segment (memory bound)."""
+"""The tantivy writer's indexing buffer for a rebuild: past it, tantivy writes a segment."""
+OUTBOX_WRITER_HEAP_BYTES = 16_000_000
+"""The buffer for applying the outbox (a server's uploads): little above tantivy's minimum."""
 FLUSH_LOCK_SECONDS = 600.0
 """How long a writer waits for another process's flush or rebuild before leaving its own
 changes in the outbox (the process holding the lock applies them before releasing it)."""
@@ -376,40 +378,46 @@ class LexicalIndex:
         _bump_status(conn)
 
     def _apply_outbox(self, conn: sqlite3.Connection) -> None:
-        """Re-write every document named in the outbox from SQLite, commit, empty the outbox."""
+        """Re-write every document named in the outbox from SQLite, commit, empty the outbox.
+
+        The chunks stream from SQLite into the writer one at a time, and the writer's buffer
+        is small (:data:`OUTBOX_WRITER_HEAP_BYTES`): a batch of uploads costs the server the
+        buffer, not a copy of every chunk it names.
+        """
         conn.execute("BEGIN")
         try:
             rows = conn.execute("SELECT seq, doc FROM lexical_outbox ORDER BY seq").fetchall()
             if not rows:
                 return
-            paths = list(dict.fromkeys(doc for _, doc in rows))
-            documents = [d for path in paths for d in _documents(conn, path)]
+            applied = int(rows[-1][0])
+            usable = self._usable(_read_current(self.path))
+            written = usable and self._write_documents(conn, rows)
         finally:
             conn.execute("ROLLBACK")
-        current = _read_current(self.path)
-        if not self._usable(current):  # removed while the store was open
+        if not written:  # removed while the store was open, or damaged: SQLite has it all
             self._rebuild(conn)  # from SQLite as it is now: the outbox is in it
-            _bump_status(conn, applied=int(rows[-1][0]))
-            return
+        _bump_status(conn, applied=applied)
+        if written or usable:
+            self._load(conn)
+
+    def _write_documents(self, conn: sqlite3.Connection, rows: list[Any]) -> bool:
+        """Delete and re-add the chunks of each document the outbox names; False: damaged."""
+        paths = list(dict.fromkeys(doc for _, doc in rows))
         try:
-            index = _open_index(self.path / current["name"])
-            writer = index.writer(WRITER_HEAP_BYTES, 1)
+            index = _open_index(self.path / _read_current(self.path)["name"])
+            writer = index.writer(OUTBOX_WRITER_HEAP_BYTES, 1)
             writer.garbage_collect_files()  # what a writer killed mid-commit left behind
             for path in paths:
                 writer.delete_documents_by_term(DOC_FIELD, path)
-            for document in documents:
-                writer.add_document(document)
+                for document in _documents(conn, path):
+                    writer.add_document(document)
             writer.commit()
             writer.wait_merging_threads()
         except (OSError, ValueError) as exc:
             # SQLite holds every chunk: an index that cannot take a commit is built again
             logger.warning("the lexical index %s is damaged (%s): rebuilding it", self.path, exc)
-            self._rebuild(conn)
-            _bump_status(conn, applied=int(rows[-1][0]))
-            self._load(conn)
-            return
-        _bump_status(conn, applied=int(rows[-1][0]))
-        self._load(conn)
+            return False
+        return True
 
 
 def _rid(value: object) -> int:
