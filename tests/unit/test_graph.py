@@ -13,6 +13,7 @@ from agentic_retrieval import (
     Context,
     InvalidRequestError,
     KnowledgeBase,
+    RetrieveResponse,
     UnknownKnowledgeSourceError,
     build_graph,
 )
@@ -904,3 +905,31 @@ def test_as_retriever_is_typed_and_the_graph_carries_no_extra_attribute(toy_sour
     assert isinstance(kb.as_retriever(k=1), KnowledgeBaseRetriever)
     assert not hasattr(kb.graph, "bindings")
     assert kb.bindings.sources == {"transit": toy_source}
+
+
+def test_a_partial_response_read_back_from_its_json_keeps_its_206(toy_source):
+    """A 206 survives a round trip through JSON (a checkpoint, a tool artifact, a cache)."""
+    kb = KnowledgeBase([toy_source, FailingSource()])
+    response = kb.retrieve({"intents": [{"search": "day pass"}]})
+    assert response.status_code == 206
+    again = RetrieveResponse.model_validate_json(response.model_dump_json(by_alias=True))
+    assert again.partial and again.status_code == 206
+    assert again.references == response.references and response.references
+    # the same after the run's own JSON form (what a checkpointer or a cache stores)
+    assert RetrieveResponse.model_validate(json.loads(response.model_dump_json())).partial
+
+
+def test_a_response_whose_planning_fell_back_reads_back_as_200():
+    """Only a failed search makes a response partial; a planning error the run survived
+    (the conversation was searched as it stands) does not."""
+    data = {
+        "response": [],
+        "activity": [
+            {"type": "modelQueryPlanning", "id": 0, "error": {"code": "x", "message": "bad"}},
+            {"type": "searchIndex", "id": 1, "searchIndexArguments": {"search": "q"}, "count": 3},
+        ],
+        "references": [],
+    }
+    assert RetrieveResponse.model_validate(data).status_code == 200
+    data["activity"].append({"type": "runtimeLimit", "id": 2})
+    assert RetrieveResponse.model_validate(data).status_code == 408  # timed out, nothing in

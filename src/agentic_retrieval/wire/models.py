@@ -267,6 +267,25 @@ class RetrieveResponse(WireModel):
     _timed_out: bool = PrivateAttr(default=False)
     _has_results: bool | None = PrivateAttr(default=None)
 
+    @model_validator(mode="after")
+    def _status_from_activity(self) -> RetrieveResponse:
+        """Read the 206/408 back from the activity log, which the wire form carries.
+
+        A response rebuilt from its JSON (a checkpoint, a cache, a tool artifact, a log) has
+        no status of its own: a search record with an ``error`` (every search record names its
+        ``<kind>Arguments``) made it partial, a ``runtimeLimit`` record timed it out. Errors
+        of planning or grading (the run fell back and went on) leave it a 200, as the run did.
+        Without an activity log (``includeActivity: false``) nothing can be read back.
+        """
+        for record in self.activity or ():
+            if record.type == "runtimeLimit":
+                self._timed_out = True
+            elif record.error is not None and any(
+                name.endswith("Arguments") for name in record.model_extra or {}
+            ):
+                self._partial = True
+        return self
+
     @property
     def text(self) -> str:
         """The response text: the grounding JSON string or the synthesized answer."""
