@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentic_retrieval.sources.local.chunking import chunk_text, normalize_text, split_sentences
@@ -128,3 +130,49 @@ def test_a_huge_word_is_cut_into_exact_pieces():
     chunks = chunk_text(word, size=1000, overlap=0)
     assert len(chunks) == 2500
     assert "".join(chunks) == word
+
+
+def test_tables_lists_and_headings_keep_their_lines() -> None:
+    text = (
+        "# Fares\n"
+        "Prices as of May.\n"
+        "| Ticket | Price |\n"
+        "| --- | --- |\n"
+        "| Day Pass | 7.50 |\n"
+        "| Single | 2.40 |\n"
+        "\n"
+        "Bring:\n"
+        "- a ticket valid for\n"
+        "  the whole trip.\n"
+        "- an ID. Or a passport.\n"
+        "1) first\n"
+        "2) second\n"
+        "\n"
+        "A wrapped\nline of prose.\n"
+    )
+    expected = (
+        "# Fares\nPrices as of May.\n"
+        "| Ticket | Price |\n| --- | --- |\n| Day Pass | 7.50 |\n| Single | 2.40 |\n\n"
+        "Bring:\n- a ticket valid for the whole trip.\n- an ID. Or a passport.\n"
+        "1) first\n2) second\n\n"
+        "A wrapped line of prose."
+    )
+    assert normalize_text(text) == expected
+    assert chunk_text(text, size=1000, overlap=0) == [expected]
+
+
+def test_a_table_split_over_chunks_keeps_one_row_per_line() -> None:
+    rows = "\n".join(f"| item {i} | {i}.00 EUR |" for i in range(60))
+    chunks = chunk_text(f"| name | price |\n| --- | --- |\n{rows}", size=200, overlap=50)
+    assert len(chunks) > 5 and all(len(c) <= 200 for c in chunks)
+    for chunk in chunks:
+        assert all(line.startswith("| ") and line.endswith(" |") for line in chunk.split("\n"))
+    assert chunks[-1].endswith("| item 59 | 59.00 EUR |")
+
+
+def test_many_wrapped_lines_join_in_linear_time() -> None:
+    """A paragraph of 200,000 short lines (no blank line) must not be joined quadratically."""
+    text = "word\n" * 200_000
+    started = time.process_time()
+    assert normalize_text(text) == " ".join(["word"] * 200_000)
+    assert time.process_time() - started < 5  # quadratic joining takes minutes

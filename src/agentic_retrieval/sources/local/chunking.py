@@ -22,26 +22,49 @@ _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _HEADING_MARKS = re.compile(r"^\s{0,3}#{1,6}\s+|\s+#+\s*$")
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?…])|(?<=[.!?…][\"')\]]))\s+")
 _SPACES = re.compile(r"[ \t\f\v\r\u00a0]+")
+_HEADING_LINE = re.compile(r"#{1,6}\s")
+_STRUCTURE_LINE = re.compile(r"(?:[-*+•]|\d{1,3}[.)]|#{1,6})\s")
 
 
 @dataclass(frozen=True, slots=True)
 class _Sentence:
     text: str
     paragraph: int
+    line: int = 0  # the line of its paragraph (tables and lists keep their lines)
 
 
 def normalize_text(text: str) -> str:
     """Collapse runs of spaces, trim lines and join the lines of each paragraph.
 
-    Paragraphs (blocks separated by a blank line) are kept apart by one blank line.
+    Paragraphs (blocks separated by a blank line) are kept apart by one blank line. A line
+    break inside a paragraph is a wrapped line (a PDF's, a hard-wrapped text's) and becomes
+    a space, except before a line that is structure, not prose: a table row (``| a | b |``),
+    a list item (``-``, ``*``, ``+``, ``1.``, ``1)``) or a heading, and after a table row or a
+    heading. A table keeps one row per line and a list one item per line, as their reader
+    needs them.
     """
     paragraphs = []
     for block in _PARAGRAPH_BREAK.split(text.replace("\r\n", "\n")):
         lines = [_SPACES.sub(" ", line).strip() for line in block.split("\n")]
-        joined = " ".join(line for line in lines if line)
-        if joined:
-            paragraphs.append(joined)
+        kept: list[list[str]] = []  # each output line as its parts (joining as we go is quadratic)
+        for line in filter(None, lines):
+            if kept and not _starts_a_line(line) and not _ends_a_line(kept[-1][0]):
+                kept[-1].append(line)
+            else:
+                kept.append([line])
+        if kept:
+            paragraphs.append("\n".join(" ".join(parts) for parts in kept))
     return "\n\n".join(paragraphs)
+
+
+def _starts_a_line(line: str) -> bool:
+    """A table row, list item or heading: the line break before it is the text's structure."""
+    return line.startswith("|") or _STRUCTURE_LINE.match(line) is not None
+
+
+def _ends_a_line(line: str) -> bool:
+    """A table row or heading: the line after it starts a line of its own."""
+    return line.startswith("|") or _HEADING_LINE.match(line) is not None
 
 
 def body_without_title(title: str | None, text: str) -> str:
@@ -110,8 +133,9 @@ class _Packer:
     def pack(self, paragraphs: list[str]) -> list[str]:
         for index, paragraph in enumerate(paragraphs):
             sentences = [
-                _Sentence(piece, index)
-                for sentence in split_sentences(paragraph)
+                _Sentence(piece, index, line_number)
+                for line_number, line in enumerate(paragraph.split("\n"))
+                for sentence in split_sentences(line)
                 for piece in _split_long(sentence, self.size)
             ]
             paragraph_length = _rendered_length(sentences)
@@ -165,7 +189,7 @@ class _Packer:
 
 
 def _gap(a: _Sentence, b: _Sentence) -> int:
-    """The separator's length between two consecutive sentences (space or blank line)."""
+    """The separator's length between two sentences: a space or line break, or a blank line."""
     return 1 if a.paragraph == b.paragraph else 2
 
 
@@ -178,8 +202,11 @@ def _render(sentences: list[_Sentence]) -> str:
     parts: list[str] = []
     for i, sentence in enumerate(sentences):
         if i:
-            same = sentence.paragraph == sentences[i - 1].paragraph
-            parts.append(" " if same else "\n\n")
+            previous = sentences[i - 1]
+            if sentence.paragraph != previous.paragraph:
+                parts.append("\n\n")
+            else:
+                parts.append(" " if sentence.line == previous.line else "\n")
         parts.append(sentence.text)
     return "".join(parts)
 
