@@ -28,6 +28,7 @@ from agentic_retrieval.rerankers import (
 )
 from agentic_retrieval.sources.base import Hit, SearchQuery
 from agentic_retrieval.sources.local import LocalKnowledgeSource
+from agentic_retrieval.testing import ScriptedChatModel
 
 runner = CliRunner()
 QUESTION = "what happens if I see a doctor outside the network"
@@ -114,6 +115,28 @@ def test_the_default_still_cuts_calibrated_scores_so_unanswerable_stays_empty(be
     response = ask(KnowledgeBase([benefits], reranker=Grader()))
     assert keys(response) == [] and response.text == "[]"
     assert rerank_record(response)["calibratedCount"] == 3
+
+
+def test_a_grader_that_fell_back_to_lexical_scores_is_not_cut_by_the_default(benefits):
+    """The grader's fallback batch counts as the fallback's scores do: lexical scores only
+    order, so the default threshold (meant for the model's grades) does not empty them."""
+    unusable = ScriptedChatModel(script={})  # every call fails: nothing planned
+    grader = LLMGraderReranker(unusable, fallback=LexicalReranker())
+    response = ask(KnowledgeBase([benefits], reranker=grader))
+    assert sorted(keys(response)) == sorted(keys(ask(KnowledgeBase([benefits]))))
+    assert keys(response) and rerank_record(response)["calibratedCount"] == 0
+    assert unusable.script.count() == 2  # one batch, asked twice, then the fallback
+
+
+async def test_the_grader_reports_which_scores_are_its_own():
+    hits = [Hit(doc_key=str(i), content="the network doctor") for i in range(3)]
+    model = ScriptedChatModel(
+        script={"ListwiseGrades": [{"grades": [{"id": "p1", "grade": 3}]}]}
+    )  # the first batch is graded, the second one's two asks find nothing planned
+    grader = LLMGraderReranker(model, batch_size=2, max_concurrency=1, fallback=LexicalReranker())
+    report = await grader.ascore_reported("network doctor", hits)
+    assert report.calibrated == [True, True, False]
+    assert report.scores[:2] == [3.0, 0.0]
 
 
 def test_passthrough_cuts_azure_scores_and_keeps_fallback_scores_in_one_request():

@@ -41,6 +41,7 @@ from agentic_retrieval.nodes._shared import (
     searched_text,
 )
 from agentic_retrieval.rerankers.base import (
+    ReportingReranker,
     Reranker,
     UsageReportingReranker,
     calibration_of,
@@ -73,22 +74,18 @@ async def rerank(state: RetrievalState, run: Run) -> Update:
     left = remaining_seconds(state.started_at, context)
     timed_out = False
     try:
-        scores, error, usage, used = await asyncio.wait_for(
+        scores, calibrated, error, usage = await asyncio.wait_for(
             _score(reranker, to_score, queries), max(left, 0.0)
         )
     except TimeoutError:
         # keep what the searches found: rank it lexically rather than lose it
         timed_out = True
-        scores, _, usage, used = await _score(LexicalReranker(), to_score, queries)
+        scores, calibrated, _, usage = await _score(LexicalReranker(), to_score, queries)
         error = ErrorInfo.of(
             "Timeout",
             f"reranker {reranker.name} ran out of time; "
             "candidates were ranked by lexical coverage instead",
         )
-    calibrated = {
-        (hit.source, hit.doc_key): flag
-        for hit, flag in zip(to_score, calibration_of(used, to_score), strict=True)
-    }
     selection, drops = select(to_score, scores, params, context, unranked, calibrated)
     signals = result_signals(
         selection, searched_text(state), searched_sources(state), context.auto_top_k
@@ -291,12 +288,14 @@ async def _score(
     reranker: Reranker,
     candidates: list[RetrievedHit],
     queries: dict[tuple[str, str], set[str]],
-) -> tuple[dict[tuple[str, str], float], ErrorInfo | None, Usage, Reranker]:
+) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], bool], ErrorInfo | None, Usage]:
     """Score candidates per query (concurrently) and keep each one's best score.
 
     Returns:
-        The best score per (source, doc key), the error if the reranker failed, the tokens
-        used, and the reranker whose scores these are (the lexical fallback after a failure).
+        The best score per (source, doc key), whether that score is calibrated relevance
+        (as the call that gave it reported, see :func:`_score_one`), the error if the
+        reranker failed (its candidates are then scored by the lexical reranker), and the
+        tokens used.
     """
     by_query: dict[str, list[RetrievedHit]] = defaultdict(list)
     for hit in candidates:
@@ -314,25 +313,34 @@ async def _score(
         reranker = LexicalReranker()
         results = [await _score_one(reranker, q, g) for q, g in by_query.items()]
     best: dict[tuple[str, str], float] = {}
-    usage = sum((used for _, _, used in results), Usage())
-    for group, scores, _ in results:
-        for hit, score in zip(group, scores, strict=True):
+    calibrated: dict[tuple[str, str], bool] = {}
+    usage = sum((used for _, _, _, used in results), Usage())
+    for group, scores, flags, _ in results:
+        for hit, score, flag in zip(group, scores, flags, strict=True):
             key = (hit.source, hit.doc_key)
-            best[key] = max(best.get(key, 0.0), clamp_score(score))
-    return best, error, usage, reranker
+            score = clamp_score(score)
+            if key not in best or score > best[key]:
+                best[key], calibrated[key] = score, flag
+    return best, calibrated, error, usage
 
 
 async def _score_one(
     reranker: Reranker, query: str, group: list[RetrievedHit]
-) -> tuple[list[RetrievedHit], list[float], Usage]:
-    if isinstance(reranker, UsageReportingReranker):
+) -> tuple[list[RetrievedHit], list[float], list[bool], Usage]:
+    """One scoring call: the scores, whether each is calibrated relevance, the tokens."""
+    if isinstance(reranker, ReportingReranker):
+        report = await reranker.ascore_reported(query, group)
+        scores, usage, flags = report.scores, report.usage, report.calibrated
+    elif isinstance(reranker, UsageReportingReranker):
         scores, usage = await reranker.ascore_with_usage(query, group)
+        flags = calibration_of(reranker, group)
     else:
         scores, usage = await reranker.ascore(query, group), {}
-    if len(scores) != len(group):
+        flags = calibration_of(reranker, group)
+    if len(scores) != len(group) or len(flags) != len(group):
         raise ValueError(f"reranker returned {len(scores)} scores for {len(group)} hits")
     used = Usage(
         input_tokens=int(usage.get("input_tokens", usage.get("inputTokens", 0)) or 0),
         output_tokens=int(usage.get("output_tokens", usage.get("outputTokens", 0)) or 0),
     )
-    return group, list(scores), used
+    return group, list(scores), list(flags), used

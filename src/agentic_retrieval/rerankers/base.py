@@ -23,12 +23,14 @@ asks for Azure's scale, meaning included.
 
 A reranker that calls a model may also report the tokens it used: implement
 :class:`UsageReportingReranker` (``ascore_with_usage``) and the ``semanticReranker``
-activity record carries ``inputTokens`` / ``outputTokens``.
+activity record carries ``inputTokens`` / ``outputTokens``; one whose calibration depends
+on how a call went implements :class:`ReportingReranker` (``ascore_reported``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from agentic_retrieval.sources.base import Hit
@@ -74,6 +76,31 @@ class MixedCalibrationReranker(Reranker, Protocol):
 
     def calibrated_for(self, hit: Hit) -> bool:
         """Whether the score this reranker gives ``hit`` is calibrated relevance."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreReport:
+    """What one scoring call found: scores, tokens, and which scores are calibrated."""
+
+    scores: list[float]
+    usage: dict[str, int]
+    calibrated: list[bool]
+    """Per hit: whether its score is calibrated relevance in THIS call (a grader that fell
+    back to another reranker for part of the hits says so for those)."""
+
+
+@runtime_checkable
+class ReportingReranker(Reranker, Protocol):
+    """Optional capability: a reranker that says, call by call, which scores are calibrated.
+
+    For a reranker whose calibration depends on how a call went (the LLM grader scores a
+    batch with its fallback after two unusable answers); the rerank node prefers this over
+    :func:`calibration_of` and ``ascore_with_usage``.
+    """
+
+    async def ascore_reported(self, query: str, hits: Sequence[Hit]) -> ScoreReport:
+        """Score ``hits`` and report usage and calibration per hit."""
         ...
 
 

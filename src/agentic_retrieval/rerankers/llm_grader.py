@@ -20,8 +20,9 @@ Failure behaviour: each call is a
 parse, it is retried once. If the retry fails too, that
 batch is scored by ``fallback`` (another :class:`~agentic_retrieval.rerankers.base.Reranker`,
 e.g. the lexical one) when one was given, else :class:`RerankError` is raised. The grader's
-scores count as calibrated relevance (the default threshold applies), those of a fallback
-batch included: give a fallback whose scores mean the same, or none.
+own scores count as calibrated relevance (the default threshold applies); a batch scored by
+the fallback counts as the fallback's scores do (the lexical reranker's do not, so the
+default threshold does not cut them): :meth:`LLMGraderReranker.ascore_reported` says which.
 
 Token usage: :meth:`LLMGraderReranker.ascore_with_usage` returns the scores and
 ``{"inputTokens": ..., "outputTokens": ...}`` summed over every call of that invocation
@@ -49,7 +50,7 @@ from agentic_retrieval.llm.prompts import (
     LISTWISE_GRADER_PROMPT,
     POINTWISE_GRADER_PROMPT,
 )
-from agentic_retrieval.rerankers.base import Reranker, clamp_score
+from agentic_retrieval.rerankers.base import Reranker, ScoreReport, calibration_of, clamp_score
 from agentic_retrieval.sources.base import Hit
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,8 @@ class LLMGraderReranker:
 
     calibrated = True
     """The model grades on the scale itself: the default threshold applies (a batch scored by
-    ``fallback`` after two unusable answers is the exception, see the module docstring)."""
+    ``fallback`` after two unusable answers counts as the fallback's scores do, reported per
+    call by :meth:`ascore_reported`)."""
 
     def __init__(
         self,
@@ -139,29 +141,41 @@ class LLMGraderReranker:
             RerankError: A batch failed twice and there is no fallback reranker.
 
         """
+        report = await self.ascore_reported(query, hits)
+        return report.scores, report.usage
+
+    async def ascore_reported(self, query: str, hits: Sequence[Hit]) -> ScoreReport:
+        """Return the grades, the tokens this call used, and which grades are the model's.
+
+        Raises:
+            RerankError: A batch failed twice and there is no fallback reranker.
+
+        """
         batches = [hits[i : i + self.batch_size] for i in range(0, len(hits), self.batch_size)]
         gate = asyncio.Semaphore(self.max_concurrency)
         results = await asyncio.gather(*(self._grade_batch(query, b, gate) for b in batches))
-        scores = [score for batch_scores, _ in results for score in batch_scores]
-        used = sum((u for _, u in results), Usage())
+        scores = [score for batch_scores, _, _ in results for score in batch_scores]
+        calibrated = [flag for _, _, flags in results for flag in flags]
+        used = sum((u for _, u, _ in results), Usage())
         self.last_usage = {"inputTokens": used.input_tokens, "outputTokens": used.output_tokens}
-        return scores, dict(self.last_usage)
+        return ScoreReport(scores, dict(self.last_usage), calibrated)
 
     async def _grade_batch(
         self, query: str, batch: Sequence[Hit], gate: asyncio.Semaphore
-    ) -> tuple[list[float], Usage]:
+    ) -> tuple[list[float], Usage, list[bool]]:
         ids = [f"p{i + 1}" for i in range(len(batch))]
         messages = [SystemMessage(self.prompt), HumanMessage(self._render(query, batch, ids))]
         async with gate:
             result = await structured_call(self.model, self._schema, messages)
         if result.value is not None:
-            return self._read(result.value, ids), result.usage
+            return self._read(result.value, ids), result.usage, [True] * len(batch)
         cause = result.cause
         problem = f"{type(cause).__name__}: {cause}" if cause is not None else result.error
         if self.fallback is None:
             raise RerankError(f"{self.name}: grader output unusable after a retry: {problem}")
         logger.warning("%s: scoring %d passages with %s", self.name, len(batch), self.fallback.name)
-        return [clamp_score(s) for s in await self.fallback.ascore(query, batch)], result.usage
+        scores = [clamp_score(s) for s in await self.fallback.ascore(query, batch)]
+        return scores, result.usage, calibration_of(self.fallback, batch)
 
     def _render(self, query: str, batch: Sequence[Hit], ids: list[str]) -> str:
         parts = [f"Query: {query}", ""]
