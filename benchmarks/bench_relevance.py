@@ -229,9 +229,15 @@ class Bm25Baseline:
         documents: list[list[str]] = []
         for source in sources:
             with sqlite3.connect(source.path) as conn:
-                rows = conn.execute("SELECT title, content, metadata FROM chunks ORDER BY rid")
-                for title, content, metadata in rows:
-                    path = json.loads(metadata).get("source_path", "")
+                # a document's shared fields (source_path among them) are stored once, on its
+                # file row (schema 3); reading chunks.metadata alone found no path at all
+                rows = conn.execute(
+                    "SELECT c.title, c.content, f.fields, c.metadata "
+                    "FROM chunks c JOIN files f ON f.id = c.file_id ORDER BY c.rid"
+                )
+                for title, content, shared, metadata in rows:
+                    fields = {**json.loads(shared), **json.loads(metadata)}
+                    path = fields.get("source_path", "")
                     self.passages.append((path, content))
                     documents.append(tokens(f"{title}\n{content}"))
         self.bm25 = BM25Okapi(documents)
