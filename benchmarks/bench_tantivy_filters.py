@@ -31,7 +31,7 @@ from tantivy import Query
 
 from agentic_retrieval.odata import parse_filter, to_sql
 from agentic_retrieval.sources.local.store import metadata_column
-from agentic_retrieval.sources.local.tantivy_filters import (
+from agentic_retrieval.sources.local.store.tantivy_filters import (
     RID_FIELD,
     add_filter_fields,
     add_filter_values,

@@ -315,7 +315,7 @@ class UnsupportedFilterError(LocalStoreError, ValueError):
     """A filter shape the lexical index has no exact query for.
 
     Internal: the store answers that part of the filter from its SQLite file instead; it does
-    not reach a caller (see :mod:`agentic_retrieval.sources.local.tantivy_filters`).
+    not reach a caller (see :mod:`agentic_retrieval.sources.local.store.tantivy_filters`).
     """
 
 

@@ -31,7 +31,7 @@ from agentic_retrieval.sources.local.store import (
     LocalStore,
     metadata_column,
 )
-from agentic_retrieval.sources.local.tantivy_filters import (
+from agentic_retrieval.sources.local.store.tantivy_filters import (
     MAX_TERM_BYTES,
     RID_FIELD,
     UnsupportedFilterError,

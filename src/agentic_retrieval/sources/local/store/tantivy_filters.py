@@ -67,7 +67,8 @@ from agentic_retrieval.odata import (
 )
 from agentic_retrieval.odata.evaluate import as_utc
 from agentic_retrieval.permissions import Access
-from agentic_retrieval.sources.local.store import PUBLIC, AccessSummary, json_default
+from agentic_retrieval.sources.local.store.permissions import PUBLIC, AccessSummary
+from agentic_retrieval.sources.local.store.rows import json_default
 
 FILTER_TERMS_FIELD = "filter_terms"
 """JSON field (indexed, raw tokens): presence, non-empty collections and strings."""
