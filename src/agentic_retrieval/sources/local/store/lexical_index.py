@@ -28,7 +28,7 @@ import secrets
 import shutil
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,17 +42,23 @@ from agentic_retrieval.errors import LexicalIndexDamagedError as LexicalIndexDam
 from agentic_retrieval.errors import StoreError
 from agentic_retrieval.sources.local.store.lexical import fts_segment, query_terms
 from agentic_retrieval.sources.local.store.schema import lexical_pending
+from agentic_retrieval.sources.local.store.tantivy_filters import (
+    PRINCIPALS_FIELD,
+    add_filter_fields,
+    add_filter_values,
+    principal_terms,
+)
 
 logger = logging.getLogger(__name__)
 
-LEXICAL_FORMAT = 1
-"""Version of what a chunk's tantivy document holds; an index in another format is rebuilt."""
+LEXICAL_FORMAT = 2
+"""Version of what a chunk's tantivy document holds; an index in another format is rebuilt
+(2: the filterable fields and principals of :mod:`.tantivy_filters`)."""
 DIRECTORY_SUFFIX = ".lexical"
 FOLD_TOKENIZER = "fold"
 RID_FIELD = "rid"
 DOC_FIELD = "doc"
 TEXT_FIELDS = ("title", "content")
-PRINCIPALS_FIELD = "principals"
 WRITER_HEAP_BYTES = 64_000_000
 """The tantivy writer's indexing buffer for a rebuild: past it, tantivy writes a segment."""
 OUTBOX_WRITER_HEAP_BYTES = 16_000_000
@@ -85,28 +91,20 @@ _ANALYZER = _analyzer()
 
 
 def build_schema() -> tantivy.Schema:
-    """The fields of a chunk's document: its row id, its document's path, its text, access."""
+    """The fields of a chunk's document: its row id, its document's path, its text, access.
+
+    Filters and permissions restrict by the fields of :func:`.tantivy_filters.add_filter_fields`.
+    """
     builder = tantivy.SchemaBuilder()
     builder.add_unsigned_field(RID_FIELD, stored=False, indexed=True, fast=True)
     builder.add_text_field(DOC_FIELD, stored=False, tokenizer_name="raw", index_option="basic")
     for name in TEXT_FIELDS:
         builder.add_text_field(name, stored=False, tokenizer_name=FOLD_TOKENIZER)
-    builder.add_text_field(
-        PRINCIPALS_FIELD, stored=False, tokenizer_name="raw", index_option="basic"
-    )
+    add_filter_fields(builder)
     return builder.build()
 
 
 SCHEMA = build_schema()
-
-
-def principal_terms(access: str | None, principals: Sequence[str]) -> list[str]:
-    """The ``principals`` values of a file's chunks: ``unmarked``, ``public`` or its ids."""
-    if access is None:
-        return ["unmarked"]
-    if access == "public":
-        return ["public"]
-    return list(principals)
 
 
 def text_query(text: str) -> Query | None:
@@ -127,19 +125,6 @@ def text_query(text: str) -> Query | None:
             elif words:
                 clauses.append((Occur.Should, Query.phrase_query(SCHEMA, name, phrase)))
     return Query.boolean_query(clauses) if clauses else None
-
-
-def restrict(query: Query, clauses: Sequence[Query]) -> Query:
-    """``query`` limited to chunks every clause matches, scored by ``query`` alone."""
-    if not clauses:
-        return query
-    musts = [(Occur.Must, Query.const_score_query(clause, 0.0)) for clause in clauses]
-    return Query.boolean_query([(Occur.Must, query), *musts])
-
-
-def rid_set_query(rids: Sequence[int]) -> Query:
-    """The chunks whose row id is one of ``rids``."""
-    return Query.term_set_query(SCHEMA, RID_FIELD, [int(rid) for rid in rids])
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,10 +419,14 @@ def _open_index(path: Path, *, create: bool = False) -> tantivy.Index:
 
 
 def _documents(conn: sqlite3.Connection, path: str | None) -> Iterator[tantivy.Document]:
-    """The tantivy documents of the chunks of ``path`` (``None``: of every file)."""
+    """The tantivy documents of the chunks of ``path`` (``None``: of every file).
+
+    Each carries the chunk's filterable fields (its own over its file's, as the SQL path reads
+    them) and its file's principals, so filters and permissions restrict inside tantivy.
+    """
     sql = (
-        "SELECT c.rid, c.title, c.content, f.id, f.path, f.access FROM chunks c "
-        "JOIN files f ON f.id = c.file_id"
+        "SELECT c.rid, c.title, c.content, c.metadata, f.id, f.path, f.access, f.fields "
+        "FROM chunks c JOIN files f ON f.id = c.file_id"
     )
     rows = (
         conn.execute(sql + " WHERE f.path = ?", (path,))
@@ -445,7 +434,7 @@ def _documents(conn: sqlite3.Connection, path: str | None) -> Iterator[tantivy.D
         else conn.execute(sql + " ORDER BY c.file_id")
     )
     principals: tuple[int, list[str]] = (-1, [])
-    for rid, title, content, file_id, file_path, access in rows:
+    for rid, title, content, metadata, file_id, file_path, access, fields in rows:
         if principals[0] != file_id:
             names = [] if access != "restricted" else _principals(conn, file_id)
             principals = (file_id, principal_terms(access, names))
@@ -456,6 +445,7 @@ def _documents(conn: sqlite3.Connection, path: str | None) -> Iterator[tantivy.D
         document.add_text("content", fts_segment(content) or "")
         for term in principals[1]:
             document.add_text(PRINCIPALS_FIELD, term)
+        add_filter_values(document, metadata, fields)
         yield document
 
 

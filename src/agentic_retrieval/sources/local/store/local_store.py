@@ -20,18 +20,14 @@ from typing import Any
 from agentic_retrieval.errors import LexicalIndexDamagedError as LexicalIndexDamaged
 from agentic_retrieval.errors import StoreError, StoreNotFoundError, StoreUnavailableError
 from agentic_retrieval.odata import Expr
-from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
+from agentic_retrieval.permissions import ANONYMOUS, ELEVATED, Access, Permissions
 from agentic_retrieval.sources.local.health import StoreHealth, is_damage
 from agentic_retrieval.sources.local.store import ann, lexical, schema
 from agentic_retrieval.sources.local.store.connections import StoreConnections, leased
 from agentic_retrieval.sources.local.store.filters import filter_sql, read_field_levels
 from agentic_retrieval.sources.local.store.fusion import reciprocal_rank_fusion
-from agentic_retrieval.sources.local.store.lexical_index import (
-    LexicalIndex,
-    restrict,
-    rid_set_query,
-    text_query,
-)
+from agentic_retrieval.sources.local.store.lexical_index import SCHEMA as LEXICAL_SCHEMA
+from agentic_retrieval.sources.local.store.lexical_index import LexicalIndex, text_query
 from agentic_retrieval.sources.local.store.permissions import (
     AccessSummary,
     permission_sql,
@@ -51,6 +47,11 @@ from agentic_retrieval.sources.local.store.search import (
     browse,
     existing_rids,
     fetch_hits,
+)
+from agentic_retrieval.sources.local.store.tantivy_filters import (
+    constraint_clauses,
+    restrict,
+    rid_set_query,
 )
 from agentic_retrieval.sources.local.store.vectors import (
     VectorIndex,
@@ -567,7 +568,7 @@ class LocalStore(StoreConnections):
         depth = max(top, 50)
         with self._snapshot():  # the permission check and the query see the same data
             where, params = self._where(filter_expr, access)
-            lexical_ranking = self._lexical(text, depth, where, params)
+            lexical_ranking = self._lexical(text, depth, where, params, filter_expr, access)
             if query_vector is not None and self.has_vectors():
                 dense = self._dense(query_vector, depth, where, params)
                 ranked = reciprocal_rank_fusion([lexical_ranking, dense])[:top]
@@ -612,16 +613,25 @@ class LocalStore(StoreConnections):
         return self._health.epoch if self._health is not None else 0
 
     def _lexical(
-        self, text: str, depth: int, where: str, params: list[Any]
+        self,
+        text: str,
+        depth: int,
+        where: str,
+        params: list[Any],
+        filter_expr: Expr | None = None,
+        access: Access = ANONYMOUS,
     ) -> list[tuple[int, float]] | None:
         """The ``depth`` best chunks for ``text`` that pass ``where``, from the lexical index.
 
-        A condition (filter, permissions) restricts the candidates before top-k, never after:
-        the chunks passing it are read the SQL way and given to tantivy as a set of row ids,
-        or, when there are more than :data:`RID_SET_MAX`, tantivy's best are checked against
-        them, paging deeper until ``depth`` pass or no match is left. Documents still in the
-        outbox (written, not yet in tantivy: only after a crash or a concurrent write) may be
-        in tantivy with their previous permissions, so they are checked the SQL way too.
+        A filter and the permission check restrict the candidates before top-k, never after:
+        tantivy answers them from each chunk's indexed fields and principals
+        (:mod:`.tantivy_filters`, checked equal to the SQL path); a part of a filter it has
+        no exact equivalent for is answered by SQL as a set of row ids. When the rows passing
+        the SQL way number more than :data:`RID_SET_MAX`, or when documents are still in
+        the outbox (written, not yet in tantivy, whose indexed fields may be the previous
+        ones: only after a crash or during a concurrent write), tantivy's best are checked
+        against the SQL condition instead, paging deeper until ``depth`` pass or no match is
+        left.
         """
         query = text_query(text)
         if query is None:
@@ -631,14 +641,27 @@ class LocalStore(StoreConnections):
         pending = schema.lexical_pending(conn)
         if where == "1" and not pending:
             return index.search(conn, query, depth)
-        passing: set[int] | None = None
-        if where != "1":
-            allowed = allowed_rids(conn, where, params) or []
+        passing: set[int] | None
+        if not pending:
+            clauses, residual = constraint_clauses(
+                LEXICAL_SCHEMA, filter_expr, access, self.access_summary()
+            )
+            query = restrict(query, clauses)
+            if residual is None:
+                return index.search(conn, query, depth)
+            # what tantivy cannot answer exactly: the rows passing it the SQL way (no
+            # permission check: tantivy's clauses hold it), this snapshot's own
+            residual_where, residual_params = self._where(residual, ELEVATED)
+            allowed = allowed_rids(conn, residual_where, residual_params) or []
             if len(allowed) <= RID_SET_MAX:
-                # the allow-list is this snapshot's own: stale entries cannot pass it
-                restricted = restrict(query, [rid_set_query(allowed)])
-                return index.search(conn, restricted, depth) if allowed else []
+                if not allowed:
+                    return []
+                allowed_query = restrict(query, [rid_set_query(LEXICAL_SCHEMA, allowed)])
+                return index.search(conn, allowed_query, depth)
             passing = set(allowed)
+        else:
+            rids = allowed_rids(conn, where, params)
+            passing = set(rids) if rids is not None else None
         limit = depth
         while True:
             ranked = index.search(conn, query, limit)
