@@ -8,6 +8,7 @@ a margin) fails this on the rare filters below, which keep 1-3% of the chunks.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sqlite3
@@ -23,8 +24,10 @@ from agentic_retrieval.sources.local.store import (
     FileState,
     LocalStore,
     StoredHit,
+    lexical_directory,
     metadata_column,
 )
+from agentic_retrieval.sources.local.store.lexical_index import LEXICAL_FORMAT
 
 WORDS = (
     "solar wind turbine grid battery storage heat pump winter demand price coal nuclear tidal "
@@ -62,10 +65,9 @@ PERMISSIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStore, Path]]:
+def build(path: Path) -> LocalStore:
+    """The generated store: 240 files of 1-3 chunks, fields on both levels, 5 kinds of access."""
     rng = random.Random(1021)
-    path = tmp_path_factory.mktemp("filtered_top_k") / "store.sqlite"
     store = LocalStore(path, create=True)
     with store.transaction():
         for n in range(240):
@@ -87,6 +89,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStore
             state = FileState(f"/virtual/d{n}", f"d{n}", str(n), str(n), 0.0, 1, len(chunks))
             permissions = rng.choice(PERMISSIONS)
             store.replace_file(state, {}, chunks, permissions=permissions, fields=shared)
+    return store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStore, Path]]:
+    path = tmp_path_factory.mktemp("filtered_top_k") / "store.sqlite"
+    store = build(path)
     yield store, path
     store.close()
 
@@ -168,3 +177,50 @@ def test_a_post_filter_would_fail_this_suite(store) -> None:
             post = [h for h in everything[: 5 * TOP] if h.id in selected][:TOP]
             short += len(post) < len(expected)
     assert short >= 10  # 20 of the 44 pairs come back short
+
+
+def assert_brute_force(store: LocalStore, path: Path, text: str, access: Access) -> None:
+    everything = store.search(text, top=100_000, access=ELEVATED)
+    allowed = visible(store, path, access)
+    for filter_text in FILTERS:
+        expr = parse_filter(filter_text)
+        expected = [h for h in everything if h.id in matching(path, expr) & allowed][:TOP]
+        got = store.search(text, top=TOP, filter_expr=expr, access=access)
+        assert len(got) == len(expected), filter_text
+        assert same_ranking(got, expected), (filter_text, [h.id for h in got])
+
+
+def test_an_index_of_the_previous_format_is_rebuilt_with_the_filter_fields(tmp_path) -> None:
+    """An index written before the filter fields existed (format 1) is rebuilt on open."""
+    path = tmp_path / "store.sqlite"
+    build(path).close()
+    current_file = lexical_directory(path) / "current"
+    current = json.loads(current_file.read_text())
+    current_file.write_text(json.dumps({**current, "format": 1}))
+    store = LocalStore(path)
+    try:
+        rebuilt = json.loads(current_file.read_text())
+        assert rebuilt["format"] == LEXICAL_FORMAT == 2
+        assert rebuilt["name"] != current["name"]
+        assert_brute_force(store, path, "winter heat demand", ACCESSES[2])
+    finally:
+        store.close()
+
+
+def test_writes_after_indexing_reach_the_filter_fields(tmp_path) -> None:
+    """New permissions and new fields reach tantivy through the outbox, as the text does."""
+    path = tmp_path / "store.sqlite"
+    store = build(path)
+    try:
+        ben = ACCESSES[3]
+        hidden = [p for p in store.indexed_paths() if not ben.may_see(store.permissions_of(p))]
+        for doc_path in hidden[:20]:
+            store.set_permissions(doc_path, Permissions(user_ids=("ben",)))
+        state = FileState("/virtual/new", "new", "n", "n", 0.0, 1, 1)
+        chunk = ChunkRecord("new-0", 0, "doc new", "carbon carbon carbon steel", None, {})
+        store.replace_file(state, {}, [chunk], fields={"category": "rare-kind", "year": 1970})
+        assert_brute_force(store, path, "carbon", ben)
+        found = store.search("carbon", top=TOP, filter_expr=parse_filter("year lt 1971"))
+        assert [h.id for h in found] == ["new-0"]
+    finally:
+        store.close()
