@@ -70,6 +70,10 @@ def test_a_killed_batch_leaves_whole_documents_only(tmp_path):
                 httpx.get(f"{url}/indexes('bulk')/docs/$count", headers=admin, params=VERSION).text
             )
             time.sleep(0.05)
+        # the response to the first batch comes once the lexical index has taken it in, which
+        # under load can take longer than a fixed pause: wait for the next batch to be sent
+        while time.monotonic() < deadline and len(sent) <= count // BATCH:
+            time.sleep(0.01)
         time.sleep(0.3)  # the next batch is being written now
         kill_hard(process)
         stop.set()
