@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from agentic_retrieval.odata import Expr, parse_filter, to_sql
@@ -24,9 +25,13 @@ from agentic_retrieval.sources.local.store import (
     FileState,
     LocalStore,
     StoredHit,
+    ann,
     lexical_directory,
     metadata_column,
+    restriction,
 )
+from agentic_retrieval.sources.local.store import local_store as local_store_module
+from agentic_retrieval.sources.local.store.fusion import reciprocal_rank_fusion
 from agentic_retrieval.sources.local.store.lexical_index import LEXICAL_FORMAT
 
 WORDS = (
@@ -50,6 +55,9 @@ FILTERS = [
     "category gt 'p'",  # a string range: likewise
 ]
 QUERIES = ["solar battery storage", "winter heat demand", "steel cargo port ship", "carbon"]
+DIMENSION = 16
+DEPTH = 50
+"""How deep each of a hybrid search's rankings goes before fusion (``max(top, 50)``)."""
 ACCESSES = [
     ELEVATED,
     Access(),
@@ -66,8 +74,12 @@ PERMISSIONS = [
 
 
 def build(path: Path) -> LocalStore:
-    """The generated store: 240 files of 1-3 chunks, fields on both levels, 5 kinds of access."""
+    """The generated store: 240 files of 1-3 chunks, fields on both levels, 5 kinds of access.
+
+    Each chunk has a random vector (its own generator: the text and fields stay as they were).
+    """
     rng = random.Random(1021)
+    vector_rng = np.random.default_rng(2021)
     store = LocalStore(path, create=True)
     with store.transaction():
         for n in range(240):
@@ -88,7 +100,8 @@ def build(path: Path) -> LocalStore:
                 chunks.append(ChunkRecord(f"d{n}-{i}", i, f"doc {n}", " ".join(words), None, own))
             state = FileState(f"/virtual/d{n}", f"d{n}", str(n), str(n), 0.0, 1, len(chunks))
             permissions = rng.choice(PERMISSIONS)
-            store.replace_file(state, {}, chunks, permissions=permissions, fields=shared)
+            vectors = vector_rng.standard_normal((len(chunks), DIMENSION)).tolist()
+            store.replace_file(state, {}, chunks, vectors, permissions, fields=shared)
     return store
 
 
@@ -224,3 +237,169 @@ def test_writes_after_indexing_reach_the_filter_fields(tmp_path) -> None:
         assert [h.id for h in found] == ["new-0"]
     finally:
         store.close()
+
+
+# --- dense and hybrid ----------------------------------------------------------------------------
+
+
+def query_vector(n: int) -> list[float]:
+    return [float(x) for x in np.random.default_rng(7000 + n).standard_normal(DIMENSION)]
+
+
+def nearest_ids(path: Path, vector: list[float]) -> list[str]:
+    """Every chunk by cosine with ``vector``, nearest first (exact, read from SQLite)."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT id, vector FROM chunks WHERE vector IS NOT NULL").fetchall()
+    finally:
+        conn.close()
+    matrix = np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
+    matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = np.asarray(vector, dtype=np.float32)
+    cosines = matrix @ (query / np.linalg.norm(query))
+    return [str(rows[i][0]) for i in np.argsort(-cosines, kind="stable")]
+
+
+@pytest.fixture(params=["probe-or-subset", "deepening", "long-allow-lists"])
+def subset_bound(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way a restricted dense search can go.
+
+    - the defaults: a filter leaving the first probe short has its chunks collected from
+      tantivy (this store is far below the exact-subset bound);
+    - an exact-subset bound of 5: such a filter is searched deeper instead;
+    - allow-lists of at most 5 rids: the SQL residual's allow-list is checked against
+      candidates instead of restricting tantivy by row ids (lexical and dense alike).
+    """
+    if request.param == "deepening":
+        monkeypatch.setattr(ann, "EXACT_MAX_ALLOWED", 5)
+    elif request.param == "long-allow-lists":
+        monkeypatch.setattr(restriction, "RID_SET_MAX", 5)
+        monkeypatch.setattr(local_store_module, "RID_SET_MAX", 5)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("access", ACCESSES, ids=["elevated", "anonymous", "enforced", "user"])
+def test_filtered_dense_top_k_is_the_nearest_k_that_pass(store, access, subset_bound) -> None:
+    """A dense search alone (text without a word): the nearest ``top`` passing chunks."""
+    store_, path = store
+    allowed = visible(store_, path, access)
+    for n in range(3):
+        vector = query_vector(n)
+        ranking = nearest_ids(path, vector)
+        for filter_text in FILTERS:
+            selected = matching(path, parse_filter(filter_text)) & allowed
+            expected = [i for i in ranking if i in selected][:TOP]
+            got = store_.search(
+                "^",
+                top=TOP,
+                filter_expr=parse_filter(filter_text),
+                query_vector=vector,
+                access=access,
+            )
+            assert [h.id for h in got] == expected, (filter_text, n)
+
+
+@pytest.mark.parametrize("text", QUERIES[:3])
+@pytest.mark.parametrize("access", ACCESSES, ids=["elevated", "anonymous", "enforced", "user"])
+def test_filtered_hybrid_top_k_fuses_the_two_filtered_rankings(
+    store, text: str, access: Access, subset_bound: str
+) -> None:
+    """Hybrid: reciprocal rank fusion of the best 50 passing chunks of each ranking."""
+    store_, path = store
+    everything = [h.id for h in store_.search(text, top=100_000, access=ELEVATED)]
+    allowed = visible(store_, path, access)
+    vector = query_vector(QUERIES.index(text))
+    ranking = nearest_ids(path, vector)
+    for filter_text in FILTERS:
+        selected = matching(path, parse_filter(filter_text)) & allowed
+        lexical = [(i, 0.0) for i in everything if i in selected][:DEPTH]
+        dense = [(i, 0.0) for i in ranking if i in selected][:DEPTH]
+        expected = [i for i, _ in reciprocal_rank_fusion([lexical, dense])[:TOP]]
+        got = store_.search(
+            text,
+            top=TOP,
+            filter_expr=parse_filter(filter_text),
+            query_vector=vector,
+            access=access,
+        )
+        assert [h.id for h in got] == expected, filter_text
+
+
+def test_a_dense_post_filter_would_fail_this_suite(store) -> None:
+    """The dense property has teeth too: the unfiltered nearest 50, filtered, fall short."""
+    _, path = store
+    short = pairs = 0
+    for n in range(3):
+        ranking = nearest_ids(path, query_vector(n))
+        for filter_text in FILTERS:
+            selected = matching(path, parse_filter(filter_text))
+            expected = [i for i in ranking if i in selected][:TOP]
+            post = [i for i in ranking[:DEPTH] if i in selected][:TOP]
+            short += len(post) < len(expected)
+            pairs += 1
+    assert short >= 6, (short, pairs)
+
+
+def test_compiled_filters_restrict_dense_search_without_reading_every_chunk(
+    store, monkeypatch
+) -> None:
+    """The SQL allow-list (every chunk's JSON read) is left for what tantivy cannot answer."""
+    store_, _ = store
+    scans: list[str] = []
+
+    def recording(conn: sqlite3.Connection, where: str, params: list) -> list[int] | None:
+        scans.append(where)
+        return allowed_rids(conn, where, params)
+
+    allowed_rids = restriction.allowed_rids
+    monkeypatch.setattr(restriction, "allowed_rids", recording)
+    monkeypatch.setattr(local_store_module, "allowed_rids", recording)
+    for filter_text in FILTERS[:9]:  # every one of these compiles
+        for access in ACCESSES:
+            store_.search(
+                "carbon",
+                top=TOP,
+                filter_expr=parse_filter(filter_text),
+                query_vector=query_vector(0),
+                access=access,
+            )
+    assert scans == []
+    store_.search(
+        "carbon", top=TOP, filter_expr=parse_filter(FILTERS[9]), query_vector=query_vector(0)
+    )
+    assert len(scans) == 1  # the residual's allow-list, read once for both rankings
+
+
+@pytest.fixture(scope="module")
+def graph_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStore, Path]]:
+    """The same store with its vectors in an HNSW graph (built for 100 vectors or more)."""
+    pytest.importorskip("faiss", reason="the HNSW graph needs faiss-cpu (local extra)")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ann, "ANN_MIN_VECTORS", 100)
+        path = tmp_path_factory.mktemp("filtered_top_k_graph") / "store.sqlite"
+        store = build(path)
+        store.refresh_vectors()
+        yield store, path
+        store.close()
+
+
+@pytest.mark.parametrize("access", ACCESSES, ids=["elevated", "anonymous", "enforced", "user"])
+def test_filtered_dense_top_k_through_the_graph(graph_store, access: Access) -> None:
+    """Through the graph too: its search breadth (efSearch 512) passes the store's size here,
+    so every search is exhaustive and must find exactly the nearest passing chunks."""
+    store_, path = graph_store
+    assert store_._vectors.state["graph"]
+    allowed = visible(store_, path, access)
+    for n in range(3):
+        vector = query_vector(n)
+        ranking = nearest_ids(path, vector)
+        for filter_text in FILTERS:
+            selected = matching(path, parse_filter(filter_text)) & allowed
+            got = store_.search(
+                "^",
+                top=TOP,
+                filter_expr=parse_filter(filter_text),
+                query_vector=vector,
+                access=access,
+            )
+            assert [h.id for h in got] == [i for i in ranking if i in selected][:TOP]

@@ -77,7 +77,7 @@ def test_the_vector_path_is_trimmed_too(tmp_path):
     )
     source.add_documents(TENANT_DOCS, user_ids_field="users", group_ids_field="groups")
     vector = ConceptEmbeddings().embed_query("vacation")
-    dense = source.store._dense(vector, 10, *source.store._where(None, Access(BOB)))
+    dense = source.store._dense(vector, 10, source.store._restriction(None, Access(BOB)))
     assert keys(source.store._fetch(dense)) == ["globex-leave", "holidays"]
     hybrid = source.store.search("vacation", query_vector=vector, access=Access(BOB))
     assert keys(hybrid) == ["globex-leave", "holidays"]

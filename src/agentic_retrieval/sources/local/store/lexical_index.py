@@ -181,17 +181,41 @@ class LexicalIndex:
         Raises:
             LexicalIndexDamaged: The index's files are missing or damaged.
         """
+        _, rids = self.matches(conn, query, None)
+        return rids or []
+
+    def matches(
+        self, conn: sqlite3.Connection, query: Query, at_most: int | None
+    ) -> tuple[int, list[int] | None]:
+        """How many chunks match ``query``, and which when at most ``at_most`` do.
+
+        Counting visits every match without scoring it (tantivy's count collector); the
+        rids are collected only when they are few enough (``None``: any number).
+
+        Raises:
+            LexicalIndexDamaged: The index's files are missing or damaged.
+        """
         searcher = self._searcher(conn)
         try:
             # SearchResult.count is missing from tantivy's type stubs
             total = int(getattr(searcher.search(query, 1, count=True), "count", 0) or 0)
             if not total:
-                return []
+                return 0, []
+            if at_most is not None and total > at_most:
+                return total, None
             hits = searcher.search(query, total, count=False).hits
             rids = searcher.fast_field_values(RID_FIELD, [a for _, a in hits])
         except (OSError, ValueError) as exc:
             raise LexicalIndexDamaged(str(exc)) from exc
-        return [_rid(r) for r in rids]
+        return total, [_rid(r) for r in rids]
+
+    def size(self, conn: sqlite3.Connection) -> int:
+        """How many chunks the index holds (as of ``conn``'s snapshot, outbox applied).
+
+        Raises:
+            LexicalIndexDamaged: The index's files are missing or damaged.
+        """
+        return int(self._searcher(conn).num_docs)
 
     def _searcher(self, conn: sqlite3.Connection) -> tantivy.Searcher:
         """A searcher that sees at least every flush committed before ``conn``'s snapshot."""
