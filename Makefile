@@ -21,7 +21,7 @@ install: venv
 
 install-dev: venv
 	$(BIN)/pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/pip install --quiet -e ".[dev,local,chroma]" "$(TORCH_PIN)"
+	$(BIN)/pip install --quiet -e ".[dev,local,openvino,chroma]" "$(TORCH_PIN)"
 
 demo: install
 	$(BIN)/agentic-retrieval demo

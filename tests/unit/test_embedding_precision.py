@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 import numpy as np
 import pytest
 from tests.fakes import ConceptEmbeddings, NamedConcepts, write
 
 import agentic_retrieval.embeddings as embeddings_module
+import agentic_retrieval.embeddings_int8 as embeddings_int8
 from agentic_retrieval.embeddings import (
     PRECISION_ENV_VAR,
     LocalEmbeddings,
@@ -17,12 +19,20 @@ from agentic_retrieval.embeddings import (
     resolve_precision,
     vectors_made_with,
 )
-from agentic_retrieval.errors import EmbeddingsConfigError, KnowledgeBaseDirectoryError
+from agentic_retrieval.errors import (
+    EmbeddingsConfigError,
+    KnowledgeBaseDirectoryError,
+    LocalEmbeddingsUnavailableError,
+)
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.kb.loader import CACHE_ENV_VAR
 from agentic_retrieval.sources.base import SearchQuery
 
 needs_model = pytest.mark.skipif(
     not local_embeddings_available(), reason="the [local] extra is not installed"
+)
+needs_openvino = pytest.mark.skipif(
+    not embeddings_int8.int8_available(), reason="the [openvino] extra is not installed"
 )
 
 
@@ -49,11 +59,24 @@ def test_a_setting_forces_either(monkeypatch):
 
 
 def test_a_bad_precision_is_named(monkeypatch):
-    monkeypatch.setenv(PRECISION_ENV_VAR, "int8")
-    with pytest.raises(EmbeddingsConfigError, match=rf"\${PRECISION_ENV_VAR} 'int8'.*auto"):
+    monkeypatch.setenv(PRECISION_ENV_VAR, "int4")
+    with pytest.raises(EmbeddingsConfigError, match=rf"\${PRECISION_ENV_VAR} 'int4'.*auto"):
         resolve_precision(None)
     with pytest.raises(EmbeddingsConfigError, match="precision 'half'"):
         resolve_precision("half")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_int8_is_chosen_only_when_asked(monkeypatch, native):
+    # opt-in: auto never picks it (an extra, a one-time graph build, slightly lower quality)
+    monkeypatch.setattr(embeddings_module, "bf16_supported", lambda: native)
+    monkeypatch.delenv(PRECISION_ENV_VAR, raising=False)
+    assert resolve_precision(None) != "int8"
+    assert resolve_precision("int8") == resolve_precision(" INT8 ") == "int8"
+    monkeypatch.setenv(PRECISION_ENV_VAR, "int8")
+    assert resolve_precision(None) == "int8"
+    with pytest.raises(EmbeddingsConfigError, match="int8 runs on the CPU"):
+        resolve_precision(None, device="cuda")
 
 
 def test_other_models_are_named_as_they_report():
@@ -82,6 +105,48 @@ def test_both_precisions_make_the_same_vectors_within_bf16_rounding():
     # the nearest passage of a query is the same either way
     query = fp32.embed_query("how much is the fine for returning late")
     assert int(np.argmax(a @ query)) == int(np.argmax(b @ query)) == 0
+
+
+@needs_model
+def test_int8_without_the_openvino_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as if not installed
+    with pytest.raises(LocalEmbeddingsUnavailableError, match=r"\[openvino\] extra"):
+        LocalEmbeddings(precision="int8")
+
+
+@needs_model
+@needs_openvino
+@pytest.mark.slow
+def test_int8_makes_the_models_vectors_and_builds_its_graph_once(monkeypatch, tmp_path):
+    monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path))
+    texts = [
+        "The late fee is five euros per day.",
+        "Boundary layer transition on a swept wing at supersonic speed.",
+        "Which plan pays for a doctor outside the network?",
+    ]
+    int8 = LocalEmbeddings(precision="int8")
+    assert int8.precision == "int8" and vectors_made_with(int8) == "local@int8"
+    graphs = list((tmp_path / "models").glob("*/model.xml"))
+    assert len(graphs) == 1 and graphs[0].with_suffix(".bin").stat().st_size > 10_000_000
+    a = np.asarray(LocalEmbeddings(precision="fp32").embed_documents(texts))
+    b = np.asarray(int8.embed_documents(texts))
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-3)
+    cosines = np.sum(a * b, axis=1)
+    assert cosines.min() > 0.98, cosines  # measured 0.998 on average (benchmarks/README.md)
+    assert not np.allclose(a, b, atol=1e-3)  # int8 really ran: its rounding shows
+    query = int8.embed_query("how much is the fine for returning late")
+    assert int(np.argmax(a @ query)) == int(np.argmax(b @ query)) == 0
+    assert int8.embed_documents([]) == []
+    # OpenVINO ran without its usage telemetry
+    assert "openvino_telemetry" not in sys.modules
+
+    # a second model object (another process alike) reuses the graph: nothing is rebuilt
+    def no_build(*_args):
+        raise AssertionError("the cached graph was rebuilt")
+
+    monkeypatch.setattr(embeddings_int8, "_build", no_build)
+    again = LocalEmbeddings(precision="int8")
+    assert np.allclose(np.asarray(again.embed_documents(texts)), b, atol=1e-5)
 
 
 class PrecisionConcepts(LocalEmbeddings):
