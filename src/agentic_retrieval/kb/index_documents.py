@@ -240,7 +240,7 @@ class IndexDocuments:
         """
         names = self._selected(select, access)
         with self.documents.store.lease():  # a delete meanwhile waits for both reads
-            document = self.documents.get(key)
+            document = self.documents.get(key, names)
             if document is None or not access.may_see(self.documents.permissions(key)):
                 return None
         return _project(document, names)
@@ -295,7 +295,8 @@ class IndexDocuments:
         body["value"] = [
             {
                 "@search.score": 1.0 if browse else hit.score,
-                **_project(self.documents.get(hit.key) or {}, names),  # one read per document
+                # one read per document, of the selected fields only
+                **_project(self.documents.get(hit.key, names) or {}, names),
             }
             for hit in hits[:page]
         ]

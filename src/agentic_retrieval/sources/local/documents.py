@@ -110,9 +110,9 @@ class DocumentStore:
         """Give the unit ``key`` new permissions; whether anything changed."""
         return self.store.set_permissions(RECORD_PREFIX + key, permissions)
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The unit stored under ``key``."""
-        return self.store.stored_metadata(RECORD_PREFIX + key)
+    def get(self, key: str, fields: Sequence[str] | None = None) -> dict[str, Any] | None:
+        """The unit stored under ``key`` (only ``fields`` of it, when given)."""
+        return self.store.stored_metadata(RECORD_PREFIX + key, fields)
 
     def delete(self, key: str) -> bool:
         """Remove a unit and its chunks; ``False`` when there was none."""

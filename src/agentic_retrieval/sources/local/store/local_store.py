@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
@@ -62,6 +63,9 @@ from agentic_retrieval.sources.local.store.vectors import (
 )
 
 logger = logging.getLogger(__name__)
+
+_PLAIN_KEY = re.compile(r'[^"\\]+')
+"""A metadata key a JSON path can name in double quotes."""
 _CANCEL_CHECK_STEPS = 10_000
 DENSE_PROBE_FACTOR = 4
 """A restricted dense search first takes this many times ``depth`` nearest chunks and keeps
@@ -199,13 +203,39 @@ class LocalStore(StoreConnections):
         return {r[0].removeprefix(RECORD_PREFIX) for r in rows}
 
     @leased
-    def stored_metadata(self, path: str) -> dict[str, Any] | None:
-        """The metadata stored with ``path`` when it was indexed, or ``None`` if it is not."""
-        row = (
-            self._connection()
-            .execute("SELECT metadata FROM files WHERE path = ?", (path,))
-            .fetchone()
-        )
+    def stored_metadata(
+        self, path: str, fields: Sequence[str] | None = None
+    ) -> dict[str, Any] | None:
+        """The metadata stored with ``path`` when it was indexed, or ``None`` if it is not.
+
+        Args:
+            path: The indexed path.
+            fields: Only these top-level fields (those present); ``None``: all of them. SQLite
+                picks them out of the stored JSON, so a search selecting a document's key does
+                not read its 15 MiB body into the process once per hit.
+        """
+        conn = self._connection()
+        params: list[Any] = []
+        if fields is not None:
+            keys = conn.execute(
+                "SELECT (SELECT json_group_array(key) FROM json_each(f.metadata)) FROM files f "
+                "WHERE f.path = ?",
+                (path,),
+            ).fetchone()
+            if not keys:
+                return None
+            wanted = set(fields)
+            # json_remove keeps every other value's JSON text as stored (a real's digits, a
+            # big integer, true); a key a path cannot quote stays, and the caller ignores it
+            params = [
+                f'$."{k}"'
+                for k in json.loads(keys[0])
+                if k not in wanted and _PLAIN_KEY.fullmatch(k)
+            ]
+        marks = ", ".join("?" * len(params))
+        column = f"json_remove(metadata, {marks})" if params else "metadata"
+        sql = f"SELECT {column} FROM files WHERE path = ?"
+        row = conn.execute(sql, [*params, path]).fetchone()
         return json.loads(row[0]) if row else None
 
     @leased

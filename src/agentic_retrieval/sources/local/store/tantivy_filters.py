@@ -288,7 +288,14 @@ def _reject_constant(name: str) -> Any:
 
 
 def _term_bytes(key: str, value: str) -> float:
-    """The size of a term; infinite when ``value`` cannot be UTF-8 (tantivy cannot hold it)."""
+    """The size of a term; infinite when ``value`` cannot be UTF-8 (tantivy cannot hold it).
+
+    A text longer than :data:`MAX_TERM_BYTES` characters is over the limit whatever its
+    encoding (a character is at least a byte): it is never encoded, since encoding a document's
+    15 MiB field once per chunk made the outbox grow the server's memory by 338 MB.
+    """
+    if len(key) + len(value) + 8 > MAX_TERM_BYTES:
+        return math.inf
     try:
         return len(key.encode()) + len(value.encode()) + 8
     except UnicodeEncodeError:  # a lone surrogate, which JSON's \ud800 escape can carry
