@@ -105,22 +105,9 @@ def export_onnx(model: Any, work: Path) -> tuple[Path, Path]:
 
     fp32, int8 = work / "minilm.onnx", work / "minilm.int8pc.onnx"
     if not fp32.exists():
+        from agentic_retrieval.embeddings import keyword_transformer
 
-        class Transformer(torch.nn.Module):
-            """The model's forward by keyword (its positional order changes across versions)."""
-
-            def __init__(self, inner: torch.nn.Module) -> None:
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-                return self.inner(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    token_type_ids=token_type_ids,
-                ).last_hidden_state
-
-        transformer = Transformer(model[0].auto_model.eval())
+        transformer = keyword_transformer(model)
         sample = model.tokenizer(["a sample sentence"], return_tensors="pt")
         torch.onnx.export(
             transformer,
@@ -243,29 +230,12 @@ def openvino_model(model: Any, work: Path, int8: str | None) -> Any:
     correction), ``no-smoothquant``, ``skip-ffn-out`` (the FFN output projections, whose
     inputs after GELU have the widest range, left in float).
     """
-    import openvino as ov
+    from agentic_retrieval.embeddings import convert_transformer, import_openvino
 
+    ov = import_openvino()  # no usage telemetry, as the library imports it
     fp32 = work / "minilm.ov.xml"
     if not fp32.exists():
-        sample = model.tokenizer(["a sample sentence"] * 2, return_tensors="pt")
-
-        class Transformer(torch.nn.Module):
-            def __init__(self, inner: torch.nn.Module) -> None:
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-                return self.inner(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    token_type_ids=token_type_ids,
-                ).last_hidden_state
-
-        converted = ov.convert_model(
-            Transformer(model[0].auto_model.eval()),
-            example_input={k: sample[k] for k in KEYS},
-        )
-        ov.save_model(converted, fp32, compress_to_fp16=False)
+        ov.save_model(convert_transformer(model), fp32, compress_to_fp16=False)
     if int8 is None:
         return ov.Core().read_model(fp32)
     if int8 == "weights":
@@ -322,7 +292,9 @@ def openvino_model(model: Any, work: Path, int8: str | None) -> Any:
 
 
 def openvino_encoder(model: Any, graph: Any, hint: str, group: int | None = None) -> Encoder:
-    import openvino as ov
+    from agentic_retrieval.embeddings import import_openvino
+
+    ov = import_openvino()
 
     config: dict[str, Any] = {
         "INFERENCE_NUM_THREADS": torch.get_num_threads(),

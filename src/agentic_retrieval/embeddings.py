@@ -435,20 +435,16 @@ def _cache_dir() -> Path:
     return Path(base) / "agentic-retrieval"
 
 
-def _build(model: Any, path: Path) -> None:
-    """Convert the transformer, compress its weights to int8, save the graph under ``path``.
+def keyword_transformer(model: Any) -> Any:
+    """The local model's transformer as a module taking its inputs by keyword.
 
-    Written into a temporary folder beside the target and renamed into place, so a reader
-    never sees half a graph and two processes building at once both end with a whole one.
+    Its forward returns the last hidden state (pooling stays outside), and naming the
+    inputs keeps exporters (OpenVINO, ONNX) independent of the positional order, which
+    changes across ``transformers`` versions.
     """
     import torch
 
-    ov = import_openvino()
-    logger.info("building the int8 graph of the local model into %s (once)", path.parent)
-
     class Transformer(torch.nn.Module):
-        """The transformer's forward by keyword, its last hidden state as the output."""
-
         def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
             self.inner = inner
@@ -458,15 +454,32 @@ def _build(model: Any, path: Path) -> None:
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
             ).last_hidden_state
 
+    return Transformer(model[0].auto_model.eval())
+
+
+def convert_transformer(model: Any) -> Any:
+    """The local model's transformer as an OpenVINO graph in fp32 (imported without telemetry)."""
+    ov = import_openvino()
     sample = model.tokenizer(["a sample sentence", "another"], padding=True, return_tensors="pt")
     with warnings.catch_warnings():
         # tracing warns about two Python branches of the attention mask code; both are
         # constant for an encoder given a mask (checked: padded batches match fp32)
         warnings.simplefilter("ignore")
-        graph = ov.convert_model(
-            Transformer(model[0].auto_model.eval()),
+        return ov.convert_model(
+            keyword_transformer(model),
             example_input={name: sample[name] for name in _INPUTS},
         )
+
+
+def _build(model: Any, path: Path) -> None:
+    """Convert the transformer, compress its weights to int8, save the graph under ``path``.
+
+    Written into a temporary folder beside the target and renamed into place, so a reader
+    never sees half a graph and two processes building at once both end with a whole one.
+    """
+    ov = import_openvino()
+    logger.info("building the int8 graph of the local model into %s (once)", path.parent)
+    graph = convert_transformer(model)
     compressed = compress_weights(graph)
     logger.info("compressed %d weight matrices of the local model to int8", compressed)
     path.parent.parent.mkdir(parents=True, exist_ok=True)
