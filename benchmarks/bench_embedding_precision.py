@@ -211,6 +211,22 @@ def main() -> int:
     return 0
 
 
+def retrieval_scores(
+    docs: np.ndarray,
+    queries: np.ndarray,
+    keys: list[str],
+    qrels: dict[str, dict[str, int]],
+    judged: list[object] | None,
+) -> tuple[float, float, str]:
+    """nDCG@10 and R@100 of the cosine ranking, and fact recall@10 where facts are judged."""
+    runs = ranked(docs, queries, keys, 100)
+    metrics = ir_metrics(qrels, dict(zip(list(qrels), runs, strict=True)))
+    ndcg = mean(metrics["nDCG@10"].values()) or 0.0
+    recall = mean(metrics["R@100"].values()) or 0.0
+    facts = f"{fact_recall(runs, keys, judged):.4f}" if judged is not None else "-"
+    return ndcg, recall, facts
+
+
 def quality(
     models: dict[str, LocalEmbeddings],
     cran_keys: list[str],
@@ -240,7 +256,6 @@ def quality(
             f"({time.perf_counter() - started:.0f} s)",
             flush=True,
         )
-        qids = list(qrels)
         base = None
         for doc_p, query_p in (
             ("fp32", "fp32"),
@@ -248,11 +263,7 @@ def quality(
             ("bf16", "fp32"),
             ("fp32", "bf16"),
         ):
-            runs = ranked(docs[doc_p], asked[query_p], keys, 100)
-            metrics = ir_metrics(qrels, dict(zip(qids, runs, strict=True)))
-            ndcg = mean(metrics["nDCG@10"].values()) or 0.0
-            recall = mean(metrics["R@100"].values()) or 0.0
-            facts = f"{fact_recall(runs, keys, judged):.4f}" if judged is not None else "-"
+            ndcg, recall, facts = retrieval_scores(docs[doc_p], asked[query_p], keys, qrels, judged)
             base = ndcg if base is None else base
             rows.append(
                 f"| {label} | {doc_p} / {query_p} | {ndcg:.4f} | {recall:.4f} | {facts} "

@@ -428,13 +428,10 @@ def quality(
     cosine of each passage's vector to its fp32 vector (mean, minimum).
     """
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_embedding_precision import fact_recall, ranked
-
-    from agentic_retrieval.eval.metrics import ir_metrics, mean
+    from bench_embedding_precision import retrieval_scores
 
     rows = []
     for label, (keys, texts, queries, qrels, judged) in quality_sets(wanted, split).items():
-        qids = list(qrels)
         vectors = {}
         cache = work / f"fp32-{label.split(' ')[0]}-{split}.npz"
         for name, encode in encoders.items():
@@ -456,11 +453,7 @@ def quality(
                 pairings += [("docs / fp32 queries", docs, base_queries)]
                 pairings += [("fp32 docs / queries", base_docs, asked)]
             for pairing, d, q in pairings:
-                runs = ranked(d, q, keys, 100)
-                metrics = ir_metrics(qrels, dict(zip(qids, runs, strict=True)))
-                ndcg = mean(metrics["nDCG@10"].values()) or 0.0
-                recall = mean(metrics["R@100"].values()) or 0.0
-                facts = f"{fact_recall(runs, keys, judged):.4f}" if judged is not None else "-"
+                ndcg, recall, facts = retrieval_scores(d, q, keys, qrels, judged)
                 base = ndcg if base is None else base
                 rows.append(
                     f"| {label} | {name} | {pairing} | {ndcg:.4f} | {recall:.4f} | {facts} "
