@@ -318,9 +318,11 @@ def same_model(recorded: str, embeddings: Embeddings) -> bool:
 #
 # The compressed graph is built once per model and OpenVINO version (about 3 CPU-seconds; 57
 # MB, the embedding tables stay float) and kept under the cache directory
-# (``$AGENTIC_RETRIEVAL_CACHE``, see :func:`agentic_retrieval.kb.loader.default_cache_dir`), in
+# (``$AGENTIC_RETRIEVAL_CACHE``, see :func:`library_cache_dir`), in
 # ``models/``.
 
+CACHE_ENV_VAR = "AGENTIC_RETRIEVAL_CACHE"
+"""Names the library's cache directory (see :func:`library_cache_dir`)."""
 INT8_INSTALL_HINT = (
     "int8 local embeddings need the [openvino] extra: "
     "pip install 'agentic-retrieval[local,openvino]'"
@@ -411,7 +413,7 @@ def graph_path(model_dir: Path, cache_dir: Path | None = None) -> Path:
     model or OpenVINO version builds a new graph instead of reusing a stale one.
     """
     if cache_dir is None:
-        cache_dir = _cache_dir()
+        cache_dir = library_cache_dir()
     digest = hashlib.sha256(_RECIPE.encode())
     digest.update(f"openvino={version('openvino')}".encode())
     for file in sorted(p for p in model_dir.rglob("*") if p.is_file()):
@@ -422,13 +424,14 @@ def graph_path(model_dir: Path, cache_dir: Path | None = None) -> Path:
     return cache_dir / "models" / f"{model_dir.name}-int8-{digest.hexdigest()[:16]}" / "model.xml"
 
 
-def _cache_dir() -> Path:
-    """The library's cache directory, as ``kb.loader.default_cache_dir`` names it.
+def library_cache_dir() -> Path:
+    """The library's cache directory (cached knowledge bases, datasets, model graphs).
 
-    Repeated here because a component may not import ``kb`` (an edge); a test checks that
-    both agree.
+    ``$AGENTIC_RETRIEVAL_CACHE``, else ``$XDG_CACHE_HOME/agentic-retrieval``, else
+    ``~/.cache/agentic-retrieval``. Defined here, in a component, so that the int8 graph
+    (here) and the knowledge bases (``kb.loader.default_cache_dir``, an edge) share one rule.
     """
-    explicit = os.environ.get("AGENTIC_RETRIEVAL_CACHE")
+    explicit = os.environ.get(CACHE_ENV_VAR)
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

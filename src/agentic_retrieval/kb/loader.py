@@ -8,7 +8,6 @@ re-check file hashes. It needs no network, no API key and no optional extra.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from agentic_retrieval.embeddings import CACHE_ENV_VAR as CACHE_ENV_VAR
+from agentic_retrieval.embeddings import library_cache_dir
 from agentic_retrieval.errors import KnowledgeBaseDirectoryError
 from agentic_retrieval.kb.directory import EmbeddingsChoice, KnowledgeBaseDirectory
 from agentic_retrieval.kb.live import LiveSources
@@ -27,7 +28,6 @@ from agentic_retrieval.sources.local import ProgressCallback
 
 SAMPLE_KB_NAME = "harborline"
 SAMPLE_KB_DESCRIPTION = "Harborline Transit (Port Calloway): rider guides and staff procedures."
-CACHE_ENV_VAR = "AGENTIC_RETRIEVAL_CACHE"
 
 
 def open_knowledge_base(
@@ -92,11 +92,7 @@ def default_cache_dir() -> Path:
     ``$AGENTIC_RETRIEVAL_CACHE``, else ``$XDG_CACHE_HOME/agentic-retrieval``, else
     ``~/.cache/agentic-retrieval``.
     """
-    explicit = os.environ.get(CACHE_ENV_VAR)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agentic-retrieval"
+    return library_cache_dir()
 
 
 def sample_corpus_dir() -> Path:
