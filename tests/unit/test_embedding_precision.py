@@ -150,7 +150,7 @@ def test_int8_makes_the_models_vectors_and_builds_its_graph_once(monkeypatch, tm
 
 @pytest.mark.parametrize("explicit", [True, False])
 def test_the_int8_graph_lives_in_the_librarys_cache_directory(monkeypatch, tmp_path, explicit):
-    # embeddings (a component) repeats kb.loader's rule: both must name the same folder
+    # the int8 graph and the knowledge bases share the library's cache directory
     pytest.importorskip("openvino")  # the graph's name carries OpenVINO's version
     if explicit:
         monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "cache"))
