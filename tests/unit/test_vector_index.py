@@ -130,6 +130,37 @@ def test_new_rows_wait_in_an_exact_tail_until_merged(small_graphs, monkeypatch):
     assert [r for r, _ in rows.search(query, 10)] == exact_top(data, labels, query, 10)
 
 
+def test_exact_search_over_many_rows_reads_them_in_place(small_graphs, monkeypatch):
+    """A broad exact search with a graph computes every row's product where the row lies
+    (graph storage, tail) and picks the allowed ones: no gathered copy, same answers."""
+    rng = np.random.default_rng(8)
+    data = unit(rng, 400)
+    labels = np.arange(1, 401)
+    rows = VectorRows(DIM, use_ann=True)
+    rows.add(labels[:300], data[:300])
+    rows.build()
+    rows.add(labels[300:], data[300:])  # a tail beside the graph
+    rows.remove(labels[:20])  # and dead rows
+    gathered = rows.vectors
+    picked: list[int] = []
+
+    def vectors(which: np.ndarray) -> np.ndarray:
+        picked.append(len(which))
+        return gathered(which)
+
+    monkeypatch.setattr(rows, "vectors", vectors)
+    for share in (1.0, 0.5, 0.3, 0.1):
+        allowed = labels[20:][rng.random(380) < share]
+        keep = np.isin(labels, allowed)
+        query = unit(rng, 1)[0]
+        got = rows._exact(query, 10, rows.rows_of(allowed))
+        assert [rid for rid, _ in got] == exact_top(data[keep], labels[keep], query, 10)
+        scores = dict(got)
+        for rid in scores:
+            assert scores[rid] == pytest.approx(float(data[rid - 1] @ query), abs=1e-5)
+    assert picked and max(picked) < 100  # only the 10% subset was gathered
+
+
 def test_without_faiss_every_search_is_exact(monkeypatch):
     monkeypatch.setattr(ann, "ANN_MIN_VECTORS", 1)
     monkeypatch.setattr(ann, "faiss_available", lambda: False)

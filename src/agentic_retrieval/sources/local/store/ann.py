@@ -54,6 +54,8 @@ FRESH_MAX = 20_000
 """New rows searched exactly beside the graph until they are this many, then merged in."""
 REBUILD_DEAD_SHARE = 0.2
 """Compact and rebuild once this share of the rows is dead (deleted or rewritten)."""
+_GATHER_SHARE = 4
+"""Exact search over at least 1/this of the rows computes every row's product (no gather)."""
 _MAGIC = b"ARVEC001"
 _ADD_BATCH = 1_024
 
@@ -279,15 +281,28 @@ class VectorRows:
         rows = self.rows_of(rids)
         if not rows.shape[0]:
             return {}
-        cosines = self.vectors(rows) @ query
+        cosines = self._products(query, rows)
         return {int(self.labels[r]): float(c) for r, c in zip(rows, cosines, strict=True)}
 
+    def _products(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``query``'s inner product with each of ``rows``.
+
+        Many rows (a quarter of all or more) take one product over every row, read where it
+        lies (the graph's storage, the tail), then the rows' values: gathering them into a
+        copy first cost 15 times the product itself (120k rows: 109 ms against 7.5 ms).
+        """
+        if rows.shape[0] * _GATHER_SHARE < self._count:
+            picked: np.ndarray = self.vectors(rows) @ query
+            return picked
+        graphed = self.graphed
+        every = np.empty(self._count, dtype=np.float32)
+        if graphed:
+            every[:graphed] = self._graph_matrix() @ query
+        every[graphed:] = self._buffer[: self._count - graphed] @ query
+        return every[rows]
+
     def _exact(self, query: np.ndarray, depth: int, rows: np.ndarray) -> list[tuple[int, float]]:
-        if self.graph is None and rows.shape[0] == self._count:
-            similarities = self._buffer[: self._count] @ query  # every row: no gather
-            rows = np.arange(self._count)
-        else:
-            similarities = self.vectors(rows) @ query
+        similarities = self._products(query, rows)
         count = min(depth, similarities.shape[0])
         best = np.argpartition(-similarities, count - 1)[:count]
         best = best[np.argsort(-similarities[best], kind="stable")]
