@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import zlib
 from pathlib import Path
 
@@ -17,9 +18,10 @@ import pytest
 
 from agentic_retrieval.odata import compile_predicate, parse_filter
 from agentic_retrieval.permissions import Access, Identity, Permissions
-from agentic_retrieval.sources.local import LocalStore
+from agentic_retrieval.sources.local import LocalKnowledgeSource, LocalStore
 from agentic_retrieval.sources.local.store import ChunkRecord, FileState, ann, vectors
 from agentic_retrieval.sources.local.store.ann import VectorRows
+from agentic_retrieval.testing import HashingEmbeddings
 
 faiss = pytest.importorskip("faiss", reason="the ANN index needs faiss-cpu (local extra)")
 
@@ -330,3 +332,48 @@ def test_a_foreign_damaged_or_newer_graph_is_rebuilt(tmp_path, small_graphs):
     # a damaged file: rebuilt, never trusted
     saved.write_bytes(saved.read_bytes()[:100])
     check(path)
+
+
+def test_a_hybrid_source_loads_its_vectors_when_it_opens(tmp_path, small_graphs, monkeypatch):
+    """The saved graph is read on a background thread as the source opens (at a million
+    chunks the first search waited ~54 s for it), once: the first search uses it."""
+    path = tmp_path / "s.sqlite"
+    store = make_store(path)
+    store.refresh_vectors()
+    store.close()
+    loads: list[str] = []
+    real_load = ann.load
+
+    def load(file: Path):
+        loads.append(threading.current_thread().name)
+        return real_load(file)
+
+    monkeypatch.setattr(ann, "load", load)
+    source = LocalKnowledgeSource("s", path, embeddings=HashingEmbeddings(size=DIM))
+    assert source.preloading is not None
+    source.preloading.join(30)
+    assert loads == ["vectors-s"]
+    state = source.store._vectors.state
+    assert (state["live"], state["graph"]) == (FILES * CHUNKS, True)
+    assert source.search_sync("f10 part 3", top=5)
+    assert loads == ["vectors-s"]  # the search found them loaded
+    source.close()
+    for options in ({}, {"embeddings": HashingEmbeddings(size=DIM), "preload": False}):
+        opened = LocalKnowledgeSource("t", path, **options)
+        assert opened.preloading is None and opened.store._vectors.state["live"] == 0
+        opened.close()
+    assert loads == ["vectors-s"]
+
+
+def test_closing_a_source_while_it_loads_its_vectors_is_quiet(tmp_path, small_graphs, monkeypatch):
+    path = tmp_path / "s.sqlite"
+    make_store(path).close()
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    for _ in range(5):
+        source = LocalKnowledgeSource("s", path, embeddings=HashingEmbeddings(size=DIM))
+        source.close()  # at once: the load finishes on the lease it holds, or finds it closed
+        assert source.preloading is not None
+        source.preloading.join(30)
+        assert not source.preloading.is_alive()
+    assert raised == []
