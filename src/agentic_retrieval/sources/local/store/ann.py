@@ -299,7 +299,8 @@ class VectorRows:
         if graphed:
             every[:graphed] = self._graph_matrix() @ query
         every[graphed:] = self._buffer[: self._count - graphed] @ query
-        return every[rows]
+        chosen: np.ndarray = every[rows]
+        return chosen
 
     def _exact(self, query: np.ndarray, depth: int, rows: np.ndarray) -> list[tuple[int, float]]:
         similarities = self._products(query, rows)
