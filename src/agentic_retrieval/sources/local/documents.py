@@ -26,6 +26,7 @@ from agentic_retrieval.sources.local.store import (
     ChunkRecord,
     FileState,
     LocalStore,
+    MetadataJson,
     StoredHit,
     json_default,
 )
@@ -98,7 +99,7 @@ class DocumentStore:
         state = FileState(path, path, digest, digest, 0.0, len(body), len(chunks))
         vectors = [list(vector)] * len(chunks) if vector is not None else None
         self.store.replace_file(
-            state, json.loads(body), chunks, vectors, permissions, fields=fields
+            state, MetadataJson(body), chunks, vectors, permissions, fields=fields
         )
         return len(chunks)
 

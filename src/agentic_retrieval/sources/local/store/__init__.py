@@ -24,6 +24,7 @@ from agentic_retrieval.sources.local.store.rows import (
     RECORD_PREFIX,
     ChunkRecord,
     FileState,
+    MetadataJson,
     StoredHit,
     json_default,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ChunkRecord",
     "FileState",
     "LocalStore",
+    "MetadataJson",
     "StoredHit",
     "fts_match_expression",
     "fts_segment",

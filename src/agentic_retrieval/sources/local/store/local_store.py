@@ -41,6 +41,7 @@ from agentic_retrieval.sources.local.store.rows import (
     RECORD_PREFIX,
     ChunkRecord,
     FileState,
+    MetadataJson,
     StoredHit,
     json_default,
 )
@@ -352,7 +353,7 @@ class LocalStore(StoreConnections):
     def replace_file(
         self,
         state: FileState,
-        metadata: Mapping[str, Any],
+        metadata: Mapping[str, Any] | MetadataJson,
         chunks: Sequence[ChunkRecord],
         vectors: Sequence[Sequence[float]] | None = None,
         permissions: Permissions | None = None,
@@ -363,7 +364,8 @@ class LocalStore(StoreConnections):
 
         Args:
             state: The file's new bookkeeping row (its ``chunk_count`` is ignored).
-            metadata: The user metadata given at ingest time (stored for reference).
+            metadata: The user metadata given at ingest time (stored for reference), or
+                already serialised (:class:`MetadataJson`, stored as it is).
             chunks: The file's chunks, in order; each one's ``metadata`` holds the fields
                 of that chunk alone.
             vectors: One vector per chunk, or ``None`` for a lexical-only index.
@@ -379,7 +381,11 @@ class LocalStore(StoreConnections):
 
         """
         blobs = vector_blobs(vectors, len(chunks), None if vectors is None else self.dimension())
-        meta_json = json.dumps(dict(metadata), default=json_default, sort_keys=True)
+        meta_json = (
+            metadata
+            if isinstance(metadata, MetadataJson)
+            else json.dumps(dict(metadata), default=json_default, sort_keys=True)
+        )
         fields_json = json.dumps(dict(fields or {}), default=json_default, sort_keys=True)
         with self._write() as conn:
             if permissions is None:

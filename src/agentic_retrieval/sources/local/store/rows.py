@@ -51,6 +51,18 @@ class StoredHit:
     """Cosine of the chunk's vector and the query's (hybrid search; ``None`` otherwise)."""
 
 
+class MetadataJson(str):
+    """A file's metadata already serialised: :meth:`LocalStore.replace_file` stores it as is.
+
+    It must be what ``json.dumps(metadata, sort_keys=True, default=json_default)`` gives. A
+    document of the documents API arrives as one large JSON body; its stored copy is
+    serialised once to hash it, and parsing that text back only to serialise it again cost
+    two more copies of a 15 MiB body at the peak of an upload.
+    """
+
+    __slots__ = ()
+
+
 def json_default(value: Any) -> Any:
     """Serialise metadata values JSON does not know (dates as ISO 8601, sets as lists)."""
     if isinstance(value, datetime | date):
