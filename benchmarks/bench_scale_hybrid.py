@@ -619,8 +619,8 @@ def ann_recall(rows: Any, queries: list[dict[str, str]], embeddings: Any) -> dic
 
     The store's own search (``VectorRows.search``, as ``LocalStore._dense`` calls it) at depth
     10 and 50; then the graph alone at other ``efSearch`` breadths (the store uses
-    ``EF_SEARCH``), to show what a higher recall would cost. A miss is told from a near-tie
-    by the cosine the search's k-th hit falls short of the exact k-th by.
+    ``ann.ef_search`` of its size), to show what a higher recall would cost. A miss is told
+    from a near-tie by the cosine the search's k-th hit falls short of the exact k-th by.
     """
     from agentic_retrieval.sources.local.store import ann
 
@@ -632,7 +632,7 @@ def ann_recall(rows: Any, queries: list[dict[str, str]], embeddings: Any) -> dic
         "live": int(rows.live),
         "graphed": int(rows.graphed),
         "exact_cpu_ms_per_query": (time.process_time() - started) * 1000 / len(vectors),
-        "ef_search_default": ann.EF_SEARCH,
+        "ef_search_default": ann.ef_search(int(rows.graphed)),
     }
     for depth in (10, 50):
         shares, graph_ms, shortfall = [], [], []
