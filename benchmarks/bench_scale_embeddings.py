@@ -135,30 +135,7 @@ def ort_encoder(model: Any, path: Path) -> Encoder:
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    tokenizer = model.tokenizer
-    limit = model.max_seq_length
-
-    def encode(texts: list[str]) -> np.ndarray:
-        out = []
-        for start in range(0, len(texts), BATCH):
-            batch = tokenizer(
-                texts[start : start + BATCH],
-                padding=True,
-                truncation=True,
-                max_length=limit,
-                return_tensors="np",
-            )
-            feeds = {
-                k: batch[k].astype(np.int64)
-                for k in ("input_ids", "attention_mask", "token_type_ids")
-            }
-            hidden = session.run(None, feeds)[0]
-            mask = feeds["attention_mask"][..., None].astype(np.float32)
-            pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-            out.append(pooled / np.linalg.norm(pooled, axis=1, keepdims=True))
-        return np.vstack(out)
-
-    return encode
+    return pooled_encoder(model, lambda feeds: session.run(None, feeds)[0])
 
 
 KEYS = ("input_ids", "attention_mask", "token_type_ids")
