@@ -6,7 +6,14 @@ import time
 
 import pytest
 
-from agentic_retrieval.sources.local.chunking import chunk_text, normalize_text, split_sentences
+from agentic_retrieval.sources.local.chunking import (
+    SplitText,
+    chunk_text,
+    chunks_of,
+    normalize_text,
+    split_ahead,
+    split_sentences,
+)
 
 
 def sentence(i: int) -> str:
@@ -176,3 +183,25 @@ def test_many_wrapped_lines_join_in_linear_time() -> None:
     started = time.process_time()
     assert normalize_text(text) == " ".join(["word"] * 200_000)
     assert time.process_time() - started < 5  # quadratic joining takes minutes
+
+
+def test_chunks_split_ahead_are_used_only_when_made_with_the_same_settings() -> None:
+    text = "\n\n".join(paragraph(10 * n) for n in range(6))
+    ahead = split_ahead(text, 600, 100)
+    assert ahead == SplitText(600, 100, tuple(chunk_text(text, 600, 100)))
+    assert chunks_of(text, 600, 100, ahead) == chunk_text(text, 600, 100)
+    # what another split says is never taken for this one
+    planted = SplitText(600, 100, ("planted",))
+    assert chunks_of(text, 600, 100, planted) == ["planted"]
+    assert chunks_of(text, 1200, 200, planted) == chunk_text(text, 1200, 200)
+    assert chunks_of(text, 600, 50, planted) == chunk_text(text, 600, 50)
+    assert chunks_of(text, 600, 100) == chunk_text(text, 600, 100)
+
+
+def test_a_split_that_would_grow_the_text_past_its_bound_is_left_to_the_store() -> None:
+    # 10-character sentences, 100-character chunks carrying 90 characters over: each chunk
+    # adds one sentence, so the chunks would be ~9 times the text
+    text = " ".join(f"S{i:04d} ab." for i in range(300))
+    assert sum(map(len, chunk_text(text, 100, 90))) > 5 * len(text)
+    assert split_ahead(text, 100, 90) is None
+    assert split_ahead(text, 100, 0) is not None

@@ -21,6 +21,8 @@ from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.server.conversions import ConversionPool
 from agentic_retrieval.server.errors import ApiError
+from agentic_retrieval.sources.local import chunking
+from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
 from agentic_retrieval.sources.local.conversion import ChildConversion, convert_in_child
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 from agentic_retrieval.sources.local.loaders import load_file
@@ -62,6 +64,61 @@ def test_a_child_converts_as_the_caller_would():
     assert caught.value.limit == "zip_member_mb"
     with pytest.raises(LoaderError, match="unreadable PDF"):
         convert_in_child("broken.pdf", b"%PDF-1.4 not really", ConversionLimits())
+
+
+LONG_TEXT = "\n\n".join(
+    " ".join(f"Ferry {p}-{s} leaves Pelican Quay at {s} past the hour." for s in range(12))
+    for p in range(40)
+)  # ~24,000 characters: some twenty chunks
+
+
+def test_a_child_asked_to_splits_the_text_as_the_store_would():
+    document = convert_in_child(
+        "times.txt", LONG_TEXT.encode(), ConversionLimits(), chunking=(300, 60)
+    )
+    (section,) = document.sections
+    assert section.split is not None
+    assert (section.split.size, section.split.overlap) == (300, 60)
+    assert list(section.split.chunks) == chunking.chunk_text(section.text, 300, 60)
+    assert len(section.split.chunks) > 50
+    unsplit = convert_in_child("times.txt", LONG_TEXT.encode(), ConversionLimits())
+    assert unsplit.sections[0].split is None
+    assert unsplit.sections[0].text == section.text
+
+
+def test_the_server_stores_an_upload_it_did_not_split_itself(tmp_path, monkeypatch):
+    """Splitting a large file is most of the CPU time storing it takes: the conversion child
+    does it, so the server's own threads (answering queries meanwhile) do not."""
+    split_here = chunking.chunk_text
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the server process split a converted upload itself")
+
+    monkeypatch.setattr(chunking, "chunk_text", refuse)  # this process only, not the child
+    service = ServiceDirectory(tmp_path / "data")
+    app = create_app(settings=ServerSettings(read_env_keys=False), service=service, mcp=False)
+    with TestClient(app) as http:
+        version = {"api-version": "2026-10-01"}
+        assert http.put(
+            "/knowledgesources('docs')", params=version, json={"name": "docs", "kind": "file"}
+        ).status_code in (200, 201)
+        response = http.post(
+            "/knowledgesources('docs')/files",
+            params=version,
+            files={"content": ("times.txt", LONG_TEXT.encode())},
+            data={"metadata": '{"fileName": "times.txt"}'},
+        )
+        assert response.status_code == 201, response.text
+        definition = service.get("knowledgeSource", "docs")
+        assert definition is not None
+        stored = service.store(definition).search("*", top=1000)
+    expected = split_here(
+        load_file(Path("times.txt"), LONG_TEXT.encode()).sections[0].text,
+        DEFAULT_CHUNK_SIZE,
+        DEFAULT_OVERLAP,
+    )
+    assert len(expected) > 10
+    assert sorted(hit.content for hit in stored) == sorted(expected)
 
 
 def test_a_child_past_its_time_is_killed(slow_sheet):

@@ -58,15 +58,20 @@ class ConversionPool:
         self._admitted = 0
         self._running: set[ChildConversion] = set()
 
-    async def convert(self, file_name: str, data: bytes) -> LoadedDocument:
+    async def convert(
+        self, file_name: str, data: bytes, chunking: tuple[int, int] | None = None
+    ) -> LoadedDocument:
         """Convert ``data`` in a child process once a worker is free.
+
+        ``chunking`` (chunk size, overlap): the child splits the text into chunks too, as the
+        store would (see :class:`~agentic_retrieval.sources.local.chunking.SplitText`).
 
         Raises:
             ApiError: 429 when ``workers + queue`` conversions are already admitted.
             ConversionLimitError, MissingConverterError, LoaderError: As
                 :func:`~agentic_retrieval.sources.local.conversion.convert_in_child`.
         """
-        job = ChildConversion(file_name, data, self.limits)
+        job = ChildConversion(file_name, data, self.limits, chunking)
         future = self._admit(job)
         try:
             return await asyncio.wrap_future(future)

@@ -250,7 +250,12 @@ async def _convert(
     try:
         files.check(upload)  # a bad name, type or size is refused before anything runs
         try:
-            document = await management.conversions.convert(upload.file_name, upload.content)
+            # split in the child too: storing a large file is mostly splitting it, and this
+            # process answers queries meanwhile
+            chunking = (files.documents.chunk_size, files.documents.overlap)
+            document = await management.conversions.convert(
+                upload.file_name, upload.content, chunking
+            )
         except LoaderError as exc:
             raise conversion_error(upload.file_name, exc) from exc
         return converted(upload.file_name, document)

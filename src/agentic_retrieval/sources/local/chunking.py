@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 DEFAULT_CHUNK_SIZE = 1200
 DEFAULT_OVERLAP = 200
+SPLIT_GROWTH_LIMIT = 2
+"""A text is split ahead (:func:`split_ahead`) only when its chunks, overlaps included, are
+at most this many times its length (the default settings make ~1.2 times)."""
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _HEADING_MARKS = re.compile(r"^\s{0,3}#{1,6}\s+|\s+#+\s*$")
@@ -24,6 +27,38 @@ _SENTENCE_END = re.compile(r"(?:(?<=[.!?…])|(?<=[.!?…][\"')\]]))\s+")
 _SPACES = re.compile(r"[ \t\f\v\r\u00a0]+")
 _HEADING_LINE = re.compile(r"#{1,6}\s")
 _STRUCTURE_LINE = re.compile(r"(?:[-*+•]|\d{1,3}[.)]|#{1,6})\s")
+
+
+@dataclass(frozen=True, slots=True)
+class SplitText:
+    """A text's chunks, split ahead of time by :func:`chunk_text` with these settings.
+
+    A conversion child splits the text it made, so the process that stores it (the server,
+    answering queries meanwhile) does not spend its own CPU time on it.
+    """
+
+    size: int
+    overlap: int
+    chunks: tuple[str, ...]
+
+
+def split_ahead(text: str, size: int, overlap: int) -> SplitText | None:
+    """``text`` split by :func:`chunk_text`, or ``None`` past the bound.
+
+    ``None`` when its chunks would be more than :data:`SPLIT_GROWTH_LIMIT` times its length
+    (an overlap near the chunk size): whoever stores it splits it then.
+    """
+    chunks = chunk_text(text, size, overlap)
+    if sum(map(len, chunks)) > SPLIT_GROWTH_LIMIT * len(text):
+        return None
+    return SplitText(size, overlap, tuple(chunks))
+
+
+def chunks_of(text: str, size: int, overlap: int, split: SplitText | None = None) -> list[str]:
+    """``chunk_text(text, size, overlap)``, taken from ``split`` when it was made so."""
+    if split is not None and (split.size, split.overlap) == (size, overlap):
+        return list(split.chunks)
+    return chunk_text(text, size, overlap)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ from a single-threaded process, never from the multi-threaded caller. In the chi
 - its CPU time is capped at ``seconds`` (``RLIMIT_CPU``), and the caller kills it once
   ``seconds`` of wall-clock time have passed,
 - it runs at a lower priority (``nice`` 10), so queries keep the CPU while it works,
+- it splits the text into chunks too when asked (``chunking``): that is most of the CPU
+  time storing a large file takes, and the caller (the server) answers queries meanwhile,
 - its result comes back as JSON (never pickle), no longer than ``text_chars`` allows.
 
 :meth:`ChildConversion.cancel` kills the child from any thread: the server calls it when the
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_retrieval.errors import ConversionLimitError, LoaderError, MissingConverterError
+from agentic_retrieval.sources.local.chunking import SPLIT_GROWTH_LIMIT, SplitText, split_ahead
 from agentic_retrieval.sources.local.conversion_limits import MIB, ConversionLimits
 from agentic_retrieval.sources.local.loaders import LoadedDocument, Section, load_file
 
@@ -57,8 +60,16 @@ _PID = struct.Struct("!i")
 _HEADER_LIMIT = 64 * 1024
 
 
-def convert_in_child(file_name: str, data: bytes, limits: ConversionLimits) -> LoadedDocument:
+def convert_in_child(
+    file_name: str,
+    data: bytes,
+    limits: ConversionLimits,
+    chunking: tuple[int, int] | None = None,
+) -> LoadedDocument:
     """Convert ``data`` (named ``file_name``) in a bounded child process.
+
+    ``chunking`` (chunk size, overlap): the child also splits each section's text so
+    (:attr:`Section.split <agentic_retrieval.sources.local.loaders.Section.split>`).
 
     Raises:
         ConversionLimitError: A content limit, or the time (``seconds``) or memory
@@ -66,7 +77,7 @@ def convert_in_child(file_name: str, data: bytes, limits: ConversionLimits) -> L
         MissingConverterError: The format needs an extra that is not installed.
         LoaderError: The file cannot be read, or the converter died on it.
     """
-    return ChildConversion(file_name, data, limits).run()
+    return ChildConversion(file_name, data, limits, chunking).run()
 
 
 class ChildConversion:
@@ -76,12 +87,20 @@ class ChildConversion:
         file_name: The file's name (its extension chooses the converter).
         data: The file's bytes.
         limits: What the conversion may cost.
+        chunking: (chunk size, overlap) to split the text with in the child, if any.
     """
 
-    def __init__(self, file_name: str, data: bytes, limits: ConversionLimits) -> None:
+    def __init__(
+        self,
+        file_name: str,
+        data: bytes,
+        limits: ConversionLimits,
+        chunking: tuple[int, int] | None = None,
+    ) -> None:
         self.file_name = file_name
         self.data = data
         self.limits = limits
+        self.chunking = chunking
         self.pid: int | None = None
         """The child's process id while it runs."""
         self._cancelled = False
@@ -121,7 +140,11 @@ class ChildConversion:
 
     def _exchange(self, channel: socket.socket, pid: int) -> LoadedDocument:
         deadline = time.monotonic() + self.limits.seconds
-        header = {"file_name": self.file_name, "limits": asdict(self.limits)}
+        header = {
+            "file_name": self.file_name,
+            "limits": asdict(self.limits),
+            "chunking": self.chunking,
+        }
         try:
             _send_frame(channel, json.dumps(header).encode())
             _send_frame(channel, self.data)
@@ -141,7 +164,7 @@ class ChildConversion:
             ) from None
         except (ConnectionError, EOFError) as exc:  # the child is gone: nothing to kill
             raise self._death() from exc
-        return _document(json.loads(answer))
+        return _document(json.loads(answer), self.chunking)
 
     def _death(self) -> LoaderError:
         """Why the child ended without answering."""
@@ -261,7 +284,8 @@ def _child_main(fd: int) -> None:
             limits = ConversionLimits(**header["limits"])
             data = _receive_frame(channel, 1 << 40, None)
             _bound_resources(limits)
-            payload = _convert(header["file_name"], data, limits)
+            chunking = header.get("chunking")
+            payload = _convert(header["file_name"], data, limits, chunking and tuple(chunking))
             _send_frame(channel, json.dumps(payload, ensure_ascii=False).encode())
     except BaseException:  # the caller gets no answer and says the converter died
         code = 1
@@ -269,8 +293,17 @@ def _child_main(fd: int) -> None:
         os._exit(code)
 
 
-def _convert(file_name: str, data: bytes, limits: ConversionLimits) -> dict[str, Any]:
-    """The document, or the error, as JSON-able data."""
+def _convert(
+    file_name: str,
+    data: bytes,
+    limits: ConversionLimits,
+    chunking: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """The document, or the error, as JSON-able data.
+
+    With ``chunking``, each section carries its chunks too (or ``None``: see
+    :func:`~agentic_retrieval.sources.local.chunking.split_ahead`).
+    """
     try:
         document = load_file(Path(file_name), data, limits)
     except ConversionLimitError as exc:
@@ -287,10 +320,11 @@ def _convert(file_name: str, data: bytes, limits: ConversionLimits) -> dict[str,
         return {"error": "limit", "limit": "memory_mb", "message": message}
     except RecursionError:
         return {"error": "unreadable", "message": "it nests too deeply to be converted"}
-    return {
-        "title": document.title,
-        "sections": [[section.text, section.page] for section in document.sections],
-    }
+    sections = []
+    for section in document.sections:
+        split = split_ahead(section.text, *chunking) if chunking else None
+        sections.append([section.text, section.page, split and split.chunks])
+    return {"title": document.title, "sections": sections}
 
 
 def _bound_resources(limits: ConversionLimits) -> None:
@@ -321,11 +355,13 @@ def _address_space() -> int | None:
 
 
 def _largest_answer(limits: ConversionLimits) -> int:
-    # UTF-8 takes up to 4 bytes a character, JSON escapes up to 6; plus the sections' framing
-    return limits.text_chars * 6 + 16 * MIB
+    # UTF-8 takes up to 4 bytes a character, JSON escapes up to 6 (a chunk's quotes and comma
+    # too: a chunk has a character at least); the chunks at most SPLIT_GROWTH_LIMIT times the
+    # text; plus the sections' framing
+    return limits.text_chars * 6 * (1 + SPLIT_GROWTH_LIMIT) + 16 * MIB
 
 
-def _document(payload: dict[str, Any]) -> LoadedDocument:
+def _document(payload: dict[str, Any], chunking: tuple[int, int] | None) -> LoadedDocument:
     error = payload.get("error")
     if error == "limit":
         raise ConversionLimitError(payload["message"], payload["limit"])
@@ -333,8 +369,16 @@ def _document(payload: dict[str, Any]) -> LoadedDocument:
         raise MissingConverterError(payload["message"])
     if error is not None:
         raise LoaderError(payload["message"])
-    sections = tuple(Section(text, page) for text, page in payload["sections"])
+    sections = tuple(
+        Section(text, page, _split(chunking, chunks)) for text, page, chunks in payload["sections"]
+    )
     return LoadedDocument(payload["title"], sections)
+
+
+def _split(chunking: tuple[int, int] | None, chunks: list[str] | None) -> SplitText | None:
+    if chunking is None or chunks is None:
+        return None
+    return SplitText(*chunking, tuple(chunks))
 
 
 def _kill(pid: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
-from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunk_text
+from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunks_of
 from agentic_retrieval.sources.local.loaders import Section
 from agentic_retrieval.sources.local.store import (
     RECORD_PREFIX,
@@ -185,7 +185,7 @@ class DocumentStore:
             own = (
                 {"page": section.page} if section.page is not None and "page" not in fields else {}
             )
-            for text in chunk_text(section.text, self.chunk_size, self.overlap):
+            for text in chunks_of(section.text, self.chunk_size, self.overlap, section.split):
                 records.append(
                     ChunkRecord(
                         f"{key}{CHUNK_SEPARATOR}{len(records)}",

@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from agentic_retrieval.errors import ConversionLimitError, LoaderError
+from agentic_retrieval.sources.local.chunking import SplitText
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 
 SUPPORTED_EXTENSIONS = frozenset(
@@ -41,10 +42,14 @@ _BINARY_SNIFF = 8192
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """A run of text and the 1-based page it comes from (``None`` for unpaged formats)."""
+    """A run of text and the 1-based page it comes from (``None`` for unpaged formats).
+
+    ``split``: the text's chunks, where they were split ahead (by a conversion child).
+    """
 
     text: str
     page: int | None = None
+    split: SplitText | None = None
 
 
 @dataclass(frozen=True, slots=True)
