@@ -114,7 +114,10 @@ class LocalKnowledgeSource:
         if embeddings is None:
             logger.info("local source %r has no embeddings: lexical (BM25) search only", name)
         self.preloading: threading.Thread | None = None
-        """The thread reading the vectors into memory (``preload``), while it runs."""
+        """The thread that reads the vectors into memory (``preload``; ``None`` without it).
+
+        It is kept once finished: ``preloading.is_alive()`` says whether it still runs.
+        """
         if embeddings is not None and preload:
             self.preloading = threading.Thread(
                 target=self._preload, name=f"vectors-{name}", daemon=True
