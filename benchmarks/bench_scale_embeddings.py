@@ -177,25 +177,14 @@ def calibration_texts(model: Any, count: int = 300) -> list[str]:
 
 
 def pooled_encoder(model: Any, run: Callable[[dict[str, np.ndarray]], np.ndarray]) -> Encoder:
-    """Tokenise as sentence-transformers does, run a graph, mean-pool and normalise."""
-    tokenizer, limit = model.tokenizer, model.max_seq_length
+    """Tokenise, run a graph, mean-pool and normalise: the library's own loop.
+
+    (:func:`agentic_retrieval.embeddings.pooled_vectors`, what ``Int8Encoder`` runs.)
+    """
+    from agentic_retrieval.embeddings import pooled_vectors
 
     def encode(texts: list[str]) -> np.ndarray:
-        out = []
-        for start in range(0, len(texts), BATCH):
-            batch = tokenizer(
-                texts[start : start + BATCH],
-                padding=True,
-                truncation=True,
-                max_length=limit,
-                return_tensors="np",
-            )
-            feeds = {k: batch[k].astype(np.int64) for k in KEYS}
-            hidden = run(feeds)
-            mask = feeds["attention_mask"][..., None].astype(np.float32)
-            pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-            out.append(pooled / np.linalg.norm(pooled, axis=1, keepdims=True))
-        return np.vstack(out)
+        return pooled_vectors(model.tokenizer, model.max_seq_length, run, texts, BATCH)
 
     return encode
 

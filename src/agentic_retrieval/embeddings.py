@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from functools import lru_cache
 from importlib.metadata import version
@@ -387,23 +388,45 @@ class Int8Encoder:
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Normalised vectors of ``texts`` (float32, one row per text)."""
-        rows = []
-        for start in range(0, len(texts), batch_size):
-            batch = self.tokenizer(
-                texts[start : start + batch_size],
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                return_tensors="np",
-            )
-            feeds = {name: batch[name].astype(np.int64) for name in _INPUTS}
-            hidden = np.asarray(self._request.infer(feeds)[0], dtype=np.float32)
-            # mean over the text's tokens (padding excluded), as the model's Pooling does
-            mask = feeds["attention_mask"][..., None].astype(np.float32)
-            pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-            norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-            rows.append(pooled / norms)
-        return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+        return pooled_vectors(
+            self.tokenizer,
+            self.max_length,
+            lambda feeds: self._request.infer(feeds)[0],
+            texts,
+            batch_size,
+        )
+
+
+def pooled_vectors(
+    tokenizer: Any,
+    max_length: int,
+    run: Callable[[dict[str, np.ndarray]], Any],
+    texts: list[str],
+    batch_size: int,
+) -> np.ndarray:
+    """Normalised sentence vectors of ``texts`` from a transformer graph run outside torch.
+
+    Tokenises as sentence-transformers does, runs ``run`` on each batch's ``input_ids``,
+    ``attention_mask`` and ``token_type_ids`` (int64) for its last hidden state, and
+    mean-pools it over each text's tokens (padding excluded), as the model's ``Pooling``
+    does. Float32, one row per text.
+    """
+    rows = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(
+            texts[start : start + batch_size],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="np",
+        )
+        feeds = {name: batch[name].astype(np.int64) for name in _INPUTS}
+        hidden = np.asarray(run(feeds), dtype=np.float32)
+        mask = feeds["attention_mask"][..., None].astype(np.float32)
+        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        rows.append(pooled / norms)
+    return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
 
 def graph_path(model_dir: Path, cache_dir: Path | None = None) -> Path:
