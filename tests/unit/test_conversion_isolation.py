@@ -7,10 +7,12 @@ ratio limits raised out of its way, so only the time, memory or a cancellation s
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -66,6 +68,20 @@ def test_a_child_converts_as_the_caller_would():
         convert_in_child("broken.pdf", b"%PDF-1.4 not really", ConversionLimits())
 
 
+def upload_to_a_new_file_source(http: TestClient, name: str, data: bytes) -> Any:
+    """Create the file knowledge source ``docs`` and upload ``name`` to it: the response."""
+    version = {"api-version": "2026-10-01"}
+    assert http.put(
+        "/knowledgesources('docs')", params=version, json={"name": "docs", "kind": "file"}
+    ).status_code in (200, 201)
+    return http.post(
+        "/knowledgesources('docs')/files",
+        params=version,
+        files={"content": (name, data)},
+        data={"metadata": json.dumps({"fileName": name})},
+    )
+
+
 LONG_TEXT = "\n\n".join(
     " ".join(f"Ferry {p}-{s} leaves Pelican Quay at {s} past the hour." for s in range(12))
     for p in range(40)
@@ -98,16 +114,7 @@ def test_the_server_stores_an_upload_it_did_not_split_itself(tmp_path, monkeypat
     service = ServiceDirectory(tmp_path / "data")
     app = create_app(settings=ServerSettings(read_env_keys=False), service=service, mcp=False)
     with TestClient(app) as http:
-        version = {"api-version": "2026-10-01"}
-        assert http.put(
-            "/knowledgesources('docs')", params=version, json={"name": "docs", "kind": "file"}
-        ).status_code in (200, 201)
-        response = http.post(
-            "/knowledgesources('docs')/files",
-            params=version,
-            files={"content": ("times.txt", LONG_TEXT.encode())},
-            data={"metadata": '{"fileName": "times.txt"}'},
-        )
+        response = upload_to_a_new_file_source(http, "times.txt", LONG_TEXT.encode())
         assert response.status_code == 201, response.text
         definition = service.get("knowledgeSource", "docs")
         assert definition is not None
@@ -187,16 +194,7 @@ def test_an_upload_past_a_limit_is_a_413_naming_it(tmp_path):
     )
     app = create_app(settings=settings, service=ServiceDirectory(tmp_path / "data"), mcp=False)
     with TestClient(app) as http:
-        version = {"api-version": "2026-10-01"}
-        assert http.put(
-            "/knowledgesources('docs')", params=version, json={"name": "docs", "kind": "file"}
-        ).status_code in (200, 201)
-        response = http.post(
-            "/knowledgesources('docs')/files",
-            params=version,
-            files={"content": ("bomb.docx", zip_bomb_docx(128))},
-            data={"metadata": '{"fileName": "bomb.docx"}'},
-        )
+        response = upload_to_a_new_file_source(http, "bomb.docx", zip_bomb_docx(128))
     assert response.status_code == 413
     message = response.json()["error"]["message"]
     assert "expands to 128 MiB (limit zip_member_mb=64)" in message
