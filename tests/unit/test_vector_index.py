@@ -42,6 +42,14 @@ def unit(rng: np.random.Generator, count: int) -> np.ndarray:
     return ann.normalised(rng.normal(size=(count, DIM)).astype(np.float32))
 
 
+def built(data: np.ndarray, labels: np.ndarray) -> VectorRows:
+    """Rows holding ``data`` under ``labels``, with their graph built."""
+    rows = VectorRows(DIM, use_ann=True)
+    rows.add(labels, data)
+    rows.build()
+    return rows
+
+
 def exact_top(matrix: np.ndarray, labels: np.ndarray, query: np.ndarray, k: int) -> list[int]:
     scores = matrix @ query
     order = sorted(range(len(labels)), key=lambda i: (-scores[i], labels[i]))
@@ -66,9 +74,7 @@ def test_a_filtered_graph_search_equals_brute_force(small_graphs):
     rng = np.random.default_rng(2)
     data = unit(rng, 400)
     labels = np.arange(1, 401)
-    graph = VectorRows(DIM, use_ann=True)
-    graph.add(labels, data)
-    graph.build()
+    graph = built(data, labels)
     for share in (0.5, 0.1, 0.02):  # graph + selector, graph + selector, exact over subset
         allowed = labels[rng.random(400) < share]
         keep = np.isin(labels, allowed)
@@ -110,9 +116,7 @@ def test_new_rows_wait_in_an_exact_tail_until_merged(small_graphs, monkeypatch):
     rng = np.random.default_rng(6)
     data = unit(rng, 400)
     labels = np.arange(1, 401)
-    rows = VectorRows(DIM, use_ann=True)
-    rows.add(labels[:300], data[:300])
-    rows.build()
+    rows = built(data[:300], labels[:300])
     rows.add(labels[300:350], data[300:350])  # after the graph: in the tail, searched exactly
     assert (rows.graphed, rows.fresh) == (300, 50)
     allowed = labels[rng.random(400) < 0.5]
@@ -150,9 +154,7 @@ def test_the_search_breadth_grows_with_the_graph(small_graphs, monkeypatch):
     rng = np.random.default_rng(9)
     data = unit(rng, 400)
     labels = np.arange(1, 401)
-    rows = VectorRows(DIM, use_ann=True)
-    rows.add(labels, data)
-    rows.build()
+    rows = built(data, labels)
     query = unit(rng, 1)[0]
     assert [r for r, _ in rows.search(query, 10)] == exact_top(data, labels, query, 10)
     assert asked == [ann.ef_search(400)]
@@ -167,9 +169,7 @@ def test_exact_search_over_many_rows_reads_them_in_place(small_graphs, monkeypat
     rng = np.random.default_rng(8)
     data = unit(rng, 400)
     labels = np.arange(1, 401)
-    rows = VectorRows(DIM, use_ann=True)
-    rows.add(labels[:300], data[:300])
-    rows.build()
+    rows = built(data[:300], labels[:300])
     rows.add(labels[300:], data[300:])  # a tail beside the graph
     rows.remove(labels[:20])  # and dead rows
     gathered = rows.vectors

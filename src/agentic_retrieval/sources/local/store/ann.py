@@ -333,8 +333,9 @@ class VectorRows:
         """Search the graph; ``rows`` (any, the tail's are ignored) restricts it."""
         faiss = _faiss()
         graphed = self.graphed
-        widest = max(MAX_EF_SEARCH, depth)
-        breadth = int(min(widest, max(ef_search(graphed), depth) / np.sqrt(candidates / graphed)))
+        breadth = int(
+            min(MAX_EF_SEARCH, max(ef_search(graphed), depth) / np.sqrt(candidates / graphed))
+        )
         options: dict[str, Any] = {"efSearch": max(breadth, depth)}
         if rows is not None:
             mask = np.zeros(graphed, dtype=bool)
