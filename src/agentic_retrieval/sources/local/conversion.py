@@ -148,7 +148,8 @@ class ChildConversion:
         try:
             _send_frame(channel, json.dumps(header).encode())
             _send_frame(channel, self.data)
-            answer = _receive_frame(channel, _largest_answer(self.limits), deadline)
+            limit = _largest_answer(self.limits, split=self.chunking is not None)
+            answer = _receive_frame(channel, limit, deadline)
         except TimeoutError:
             _kill(pid)
             raise ConversionLimitError(
@@ -354,11 +355,12 @@ def _address_space() -> int | None:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
-def _largest_answer(limits: ConversionLimits) -> int:
+def _largest_answer(limits: ConversionLimits, *, split: bool) -> int:
     # UTF-8 takes up to 4 bytes a character, JSON escapes up to 6 (a chunk's quotes and comma
-    # too: a chunk has a character at least); the chunks at most SPLIT_GROWTH_LIMIT times the
-    # text; plus the sections' framing
-    return limits.text_chars * 6 * (1 + SPLIT_GROWTH_LIMIT) + 16 * MIB
+    # too: a chunk has a character at least); split, the chunks at most SPLIT_GROWTH_LIMIT
+    # times the text beside it; plus the sections' framing
+    copies = 1 + SPLIT_GROWTH_LIMIT if split else 1
+    return limits.text_chars * 6 * copies + 16 * MIB
 
 
 def _document(payload: dict[str, Any], chunking: tuple[int, int] | None) -> LoadedDocument:
