@@ -143,16 +143,21 @@ async def test_slow_unauthenticated_bodies_get_401_at_once_and_lock_nobody_out(s
         writer.close()
 
 
-@pytest.mark.parametrize("server", [{"max_in_flight": 1}], indirect=True)
-async def test_a_body_being_received_holds_its_request_slot(server):
-    # (issue 19: bodies count against the in-flight cap, so the bodies the server buffers
-    # at once are bounded; before, a slow body held no slot and any number were buffered)
+@pytest.mark.parametrize(
+    "server", [{"max_in_flight": 1, "max_receiving_bodies": 1}], indirect=True
+)
+async def test_a_body_being_received_holds_a_receiving_slot_not_a_processing_one(server):
+    # (issue 19: the bodies buffered at once are bounded; issue 27: in a budget of their own,
+    # so slow bodies never take the slots of requests being processed)
     reader, writer = await open_raw(server)
     body = json.dumps(intents_body("bike")).encode()
     writer.write(post_head(RETRIEVE.format(name="transit"), len(body), key=KEY))
     sender = asyncio.create_task(trickle(writer, body, every=0.05))
     await asyncio.sleep(0.3)
-    assert await legitimate(server, 2) == [429] * 2  # the one slot is the slow body's
+    assert await legitimate(server, 2) == [429] * 2  # the one receiving slot is taken
+    async with httpx.AsyncClient(timeout=10, headers={"api-key": KEY}) as http:
+        listed = await http.get(server + "/v1/models")
+    assert listed.status_code == 200  # the one processing slot is free
     await sender
     status, _, _ = await read_response(reader, timeout=5)
     assert status == 200  # the slow client is served in the end
@@ -162,12 +167,12 @@ async def test_a_body_being_received_holds_its_request_slot(server):
 
 QUERY_KEY = "hostile-query-key"
 UPLOADS = [
-    "/knowledgesources/docs/files",
-    "/knowledgesources('docs')/files('abc')",
-    "/indexes/guides/docs/index",
-    "/indexes('guides')/docs/search.index",
-    "/knowledgebases('transit')",
-    "/indexes",
+    ("POST", "/knowledgesources/docs/files"),
+    ("PUT", "/knowledgesources('docs')/files('abc')"),
+    ("POST", "/indexes/guides/docs/index"),
+    ("POST", "/indexes('guides')/docs/search.index"),
+    ("PUT", "/knowledgebases('transit')"),
+    ("POST", "/indexes"),
 ]
 
 
@@ -178,8 +183,9 @@ async def test_a_query_key_is_refused_an_admin_body_before_any_of_it_is_read(ser
     connections = [await open_raw(server) for _ in range(60)]
     started = time.monotonic()
     for n, (_, writer) in enumerate(connections):
-        head = post_head(UPLOADS[n % len(UPLOADS)], 16 * 1024 * 1024, key=QUERY_KEY)
-        writer.write(head.replace(b"POST", b"PUT" if n % 2 else b"POST", 1))
+        method, path = UPLOADS[n % len(UPLOADS)]
+        head = post_head(path, 16 * 1024 * 1024, key=QUERY_KEY)
+        writer.write(head.replace(b"POST", method.encode(), 1))
     answers = [await read_response(reader, timeout=5) for reader, _ in connections]
     assert [status for status, _, _ in answers] == [403] * 60
     assert all(headers["connection"] == "close" for _, headers, _ in answers)

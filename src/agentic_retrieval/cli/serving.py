@@ -27,7 +27,7 @@ def check_open_files(settings: Any) -> str | None:
     from agentic_retrieval.server.open_files import ensure_open_files, handles_needed
 
     stores = settings.max_indexes + settings.max_knowledge_sources
-    needed = handles_needed(stores, settings.max_in_flight)
+    needed = handles_needed(stores, settings.max_in_flight + settings.max_receiving_bodies)
     allowed = ensure_open_files(needed)
     if allowed >= needed:
         return None

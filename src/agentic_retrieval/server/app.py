@@ -23,11 +23,17 @@ from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
-from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, require_role
+from agentic_retrieval.server.auth import (
+    RETRIEVE_BODY,
+    AccessPolicy,
+    ApiKeys,
+    accepts_body,
+    require_role,
+)
 from agentic_retrieval.server.conversions import ConversionPool
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError, install_error_handlers
 from agentic_retrieval.server.health import HealthMonitor
-from agentic_retrieval.server.limits import GuardMiddleware
+from agentic_retrieval.server.limits import GuardMiddleware, RequestBudget
 from agentic_retrieval.server.management import Management, add_management_routes
 from agentic_retrieval.server.openai_api import add_openai_routes
 from agentic_retrieval.server.openai_errors import OpenAIErrorShape
@@ -93,10 +99,16 @@ def create_app(
         workers=settings.conversion_workers,
         queue=settings.conversion_queue,
     )
+    budget = RequestBudget(
+        max_in_flight=settings.max_in_flight,
+        max_receiving=settings.max_receiving_bodies,
+        caller_share=settings.caller_share,
+    )
     health = HealthMonitor(
         max_loop_lag_seconds=settings.health_max_loop_lag_seconds,
         max_query_wait_seconds=settings.health_max_query_wait_seconds,
         extra=lambda: {"conversions": conversions.stats()},
+        requests=budget.report,
     )
 
     @asynccontextmanager
@@ -126,10 +138,11 @@ def create_app(
     app.add_middleware(
         GuardMiddleware,
         keys=keys,
+        router=app.router,  # read per request: the routes added below count
+        budget=budget,
         max_header_bytes=settings.max_header_bytes,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_seconds=settings.body_timeout_seconds,
-        max_in_flight=settings.max_in_flight,
         retry_after_seconds=settings.retry_after_seconds,
         max_upload_bytes=settings.max_upload_bytes,
     )
@@ -151,6 +164,7 @@ def create_app(
         add_openai_routes(app, registry, keys, policy)
         app.add_middleware(OpenAIErrorShape)  # outermost: the guard's refusals too
     if mounts is not None:
+        accepts_body(RETRIEVE_BODY)(mounts)
         app.add_route("/knowledgebases/{name}/mcp", mounts, include_in_schema=False)
         app.add_route("/knowledgebases('{name}')/mcp", mounts, include_in_schema=False)
     return app
@@ -168,6 +182,7 @@ def _add_routes(
         healthy, body = health.report()
         return JSONResponse(body, status_code=200 if healthy else 503)
 
+    @accepts_body(RETRIEVE_BODY)
     async def retrieve(name: str, request: Request, api_version: str | None = ApiVersion) -> Any:
         require_role(keys, request.headers, "query", knowledge_base=name)
         identity = await policy.identity(request.headers, knowledge_base=name)

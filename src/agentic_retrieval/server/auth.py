@@ -18,9 +18,9 @@ import dataclasses
 import hmac
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidTokenError
@@ -36,6 +36,7 @@ ENV_VAR = "AGENTIC_RETRIEVAL_API_KEYS"
 ANY_KNOWLEDGE_BASE = "*"
 
 Role = Literal["admin", "query"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,75 @@ def require_role(
         where = f"the knowledge base '{knowledge_base}'" if knowledge_base else "this operation"
         raise ApiError(403, f"This query key is not valid for {where}.")
     return grant
+
+
+@dataclass(frozen=True)
+class BodyAccess:
+    """Who may send a body to a route, and how large it may be.
+
+    The server's guard reads this from the route a request resolves to and refuses a key
+    that may not send it (401/403) from the headers alone, before one byte of the body is
+    read. The route checks the same again once it runs. A route that declares nothing takes
+    bodies from admin keys only (:data:`ADMIN_BODY`): forgetting a declaration closes a
+    route, never opens one.
+
+    Attributes:
+        role: ``admin``, or ``query`` (query keys may send it too).
+        upload: Bodies up to the upload limit (document batches, files); otherwise up to
+            the body limit.
+        knowledge_base: The path parameter naming the knowledge base a scoped query key must
+            hold (retrieve, MCP); ``None``: scoped query keys are refused.
+        named_in_body: The knowledge base is named in the body (``/v1/chat/completions``):
+            any valid key may send it, and the route checks the name it reads.
+    """
+
+    role: Role = "admin"
+    upload: bool = False
+    knowledge_base: str | None = None
+    named_in_body: bool = False
+
+    def check(self, keys: ApiKeys, headers: Mapping[str, str], params: Mapping[str, Any]) -> None:
+        """401 or 403 for a key that may not send this body (from the headers alone).
+
+        Raises:
+            ApiError: As :func:`require_role` does.
+        """
+        if self.named_in_body:
+            if keys.grant_of(headers) is None:
+                raise ApiError(401, UNAUTHORIZED_MESSAGE)
+            return
+        knowledge_base = params.get(self.knowledge_base) if self.knowledge_base else None
+        require_role(keys, headers, self.role, knowledge_base=knowledge_base)
+
+
+ADMIN_BODY = BodyAccess()
+"""Definitions and every undeclared route: admin keys only, up to the body limit."""
+UPLOAD_BODY = BodyAccess(upload=True)
+"""Document batches and file uploads: admin keys only, up to the upload limit."""
+QUERY_BODY = BodyAccess("query")
+"""Document searches: any query key but a scoped one."""
+RETRIEVE_BODY = BodyAccess("query", knowledge_base="name")
+"""Retrieve and MCP: query keys, scoped ones for their knowledge bases only."""
+CHAT_BODY = BodyAccess("query", named_in_body=True)
+"""``/v1/chat/completions``: every key; the model named in the body is checked by the route."""
+
+_BODY_ACCESS = "__body_access__"
+
+
+def accepts_body(access: BodyAccess) -> Callable[[T], T]:
+    """Declare who may send a body to an endpoint (a route function or an ASGI app)."""
+
+    def declare(endpoint: T) -> T:
+        setattr(endpoint, _BODY_ACCESS, access)
+        return endpoint
+
+    return declare
+
+
+def body_access_of(endpoint: object) -> BodyAccess:
+    """What an endpoint declared with :func:`accepts_body` (default :data:`ADMIN_BODY`)."""
+    access = getattr(endpoint, _BODY_ACCESS, None)
+    return access if isinstance(access, BodyAccess) else ADMIN_BODY
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:

@@ -4,8 +4,11 @@ A background task wakes every ``interval`` seconds and records two delays: how l
 event loop woke it (*event-loop lag*: every request waits that long for the loop) and how
 long a no-op waited for a query thread (*query wait*: every search waits that long for a
 thread). ``/healthz`` reads the worst of the recent samples (and the age of a probe still
-waiting) and answers 503 ``starved`` when either is over its bound; answering costs a
-dictionary, never a search.
+waiting) and answers 503 ``starved`` when either is over its bound. It also reports the
+request budgets (slots in use, callers holding their whole share, requests refused) and
+answers 503 ``saturated`` while a budget is full, when any new request would get a 429: a
+load balancer then sends traffic elsewhere. One caller at its share is reported, not
+saturation: everyone else is still served. Answering costs a dictionary, never a search.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class HealthMonitor:
         interval: Seconds between samples.
         window: Samples kept (the report uses the worst of them).
         extra: Adds to the report (the server adds its conversions, running and waiting).
+        requests: Whether the request budgets are full, and their figures (reported under
+            ``requests``; see :class:`~agentic_retrieval.server.limits.RequestBudget`).
     """
 
     def __init__(
@@ -42,11 +47,13 @@ class HealthMonitor:
         interval: float = 0.25,
         window: int = 8,
         extra: Callable[[], dict[str, Any]] | None = None,
+        requests: Callable[[], tuple[bool, dict[str, Any]]] | None = None,
     ) -> None:
         self.max_loop_lag = max_loop_lag_seconds
         self.max_query_wait = max_query_wait_seconds
         self.interval = interval
         self.extra = extra
+        self.requests = requests
         self._lags: deque[float] = deque(maxlen=window)
         self._waits: deque[float] = deque(maxlen=window)
         self._probe_since: float | None = None
@@ -57,15 +64,18 @@ class HealthMonitor:
         wait = max(self._waits, default=0.0)
         if self._probe_since is not None:  # a probe still waiting counts as long as it has
             wait = max(wait, time.monotonic() - self._probe_since)
-        healthy = lag <= self.max_loop_lag and wait <= self.max_query_wait
+        starved = lag > self.max_loop_lag or wait > self.max_query_wait
+        saturated, requests = self.requests() if self.requests is not None else (False, None)
         body: dict[str, Any] = {
-            "status": "ok" if healthy else "starved",
+            "status": "starved" if starved else "saturated" if saturated else "ok",
             "eventLoopLagMs": round(lag * 1000),
             "queryWaitMs": round(wait * 1000),
         }
+        if requests is not None:
+            body["requests"] = requests
         if self.extra is not None:
             body.update(self.extra())
-        return healthy, body
+        return not (starved or saturated), body
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

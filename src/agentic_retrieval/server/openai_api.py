@@ -29,7 +29,14 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.errors import AgenticRetrievalError, ModelRequiredError
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity
-from agentic_retrieval.server.auth import UNAUTHORIZED_MESSAGE, AccessPolicy, ApiKeys, Grant
+from agentic_retrieval.server.auth import (
+    CHAT_BODY,
+    UNAUTHORIZED_MESSAGE,
+    AccessPolicy,
+    ApiKeys,
+    Grant,
+    accepts_body,
+)
 from agentic_retrieval.server.errors import ApiError, api_error_for
 from agentic_retrieval.server.openai_chat import (
     EXTENSION,
@@ -89,6 +96,7 @@ def add_openai_routes(
         return await _answered(request, answer())
 
     @app.post("/v1/chat/completions")
+    @accepts_body(CHAT_BODY)
     async def chat_completions(request: Request) -> Any:
         return await _answered(request, _chat(request, registry, keys, policy))
 

@@ -45,8 +45,14 @@ class ServerSettings:
             a 408 and the connection is closed (applied by :mod:`~agentic_retrieval.server.
             serving`, which runs the app under uvicorn).
         max_header_bytes: Largest request line plus headers; a bigger one gets a 431.
-        max_in_flight: Most requests handled at once; further ones get a 429. A request
-            takes a slot only once its key is checked and its whole body has arrived.
+        max_in_flight: Most requests processed at once (their bodies complete); further
+            ones get a 429 with ``Retry-After``.
+        max_receiving_bodies: Most request bodies being received at once, in a budget of
+            their own (a slow body never holds a processing slot); further ones get a 429
+            before their body is read.
+        caller_share: The largest fraction of each of those two budgets one caller (a key;
+            on a server without keys, a client address) may hold; beyond it that caller
+            gets 429s while the others are still served.
         retry_after_seconds: The ``Retry-After`` value sent with a 429.
         host: The interface the server listens on; on loopback the MCP endpoint also
             rejects requests whose ``Host``/``Origin`` is not local (DNS-rebinding guard).
@@ -84,6 +90,8 @@ class ServerSettings:
     header_timeout_seconds: float = 10.0
     max_header_bytes: int = 64 * 1024
     max_in_flight: int = 64
+    max_receiving_bodies: int = 32
+    caller_share: float = 0.75
     retry_after_seconds: int = 1
     host: str = "127.0.0.1"
     public_url: str | None = None
@@ -102,8 +110,10 @@ class ServerSettings:
             self.public_url = normalized_public_url(self.public_url)
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be at least 1")
-        if self.max_in_flight < 1:
-            raise ValueError("max_in_flight must be at least 1")
+        if self.max_in_flight < 1 or self.max_receiving_bodies < 1:
+            raise ValueError("max_in_flight and max_receiving_bodies must be at least 1")
+        if not 0 < self.caller_share <= 1:
+            raise ValueError("caller_share must be over 0 and at most 1")
         if self.body_timeout_seconds <= 0 or self.header_timeout_seconds <= 0:
             raise ValueError("body_timeout_seconds and header_timeout_seconds must be positive")
         if self.max_header_bytes < 1024:

@@ -28,7 +28,15 @@ from agentic_retrieval.kb.service import (
     StoredDefinition,
 )
 from agentic_retrieval.permissions import Access
-from agentic_retrieval.server.auth import AccessPolicy, ApiKeys, Grant, Role, require_role
+from agentic_retrieval.server.auth import (
+    AccessPolicy,
+    ApiKeys,
+    BodyAccess,
+    Grant,
+    Role,
+    accepts_body,
+    require_role,
+)
 from agentic_retrieval.server.conversions import ConversionPool
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.requests import check_api_version, public_base_url
@@ -88,9 +96,18 @@ def path_forms(template: str) -> list[str]:
 
 
 def add_routes(
-    app: FastAPI, template: str, endpoint: Callable[..., Any], methods: Sequence[str]
+    app: FastAPI,
+    template: str,
+    endpoint: Callable[..., Any],
+    methods: Sequence[str],
+    body: BodyAccess | None = None,
 ) -> None:
-    """Register ``endpoint`` under both path forms of ``template``."""
+    """Register ``endpoint`` under both path forms of ``template``.
+
+    ``body`` declares who may send it a body (default: admin keys, up to the body limit).
+    """
+    if body is not None:
+        accepts_body(body)(endpoint)
     for path in path_forms(template):
         app.add_api_route(path, endpoint, methods=list(methods), include_in_schema=False)
 

@@ -24,6 +24,7 @@ from agentic_retrieval.errors import (
 from agentic_retrieval.kb.definitions import FLOAT32_MAX
 from agentic_retrieval.kb.index_documents import IndexDocuments, IndexingResult, SearchParameters
 from agentic_retrieval.permissions import Access
+from agentic_retrieval.server.auth import QUERY_BODY, UPLOAD_BODY
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.management.common import (
     Management,
@@ -104,9 +105,9 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         return await _search(management, name, await read_json_object(request), access)
 
     for suffix in ("docs/index", "docs/search.index"):
-        add_routes(app, f"/indexes/{{name}}/{suffix}", index_batch, ["POST"])
+        add_routes(app, f"/indexes/{{name}}/{suffix}", index_batch, ["POST"], UPLOAD_BODY)
     for suffix in ("docs/search", "docs/search.post.search"):
-        add_routes(app, f"/indexes/{{name}}/{suffix}", search_post, ["POST"])
+        add_routes(app, f"/indexes/{{name}}/{suffix}", search_post, ["POST"], QUERY_BODY)
     add_routes(app, "/indexes/{name}/docs/$count", count, ["GET"])
     add_routes(app, "/indexes/{name}/docs", search_get, ["GET"])
     add_routes(app, "/indexes/{name}/docs/{key}", lookup, ["GET"])

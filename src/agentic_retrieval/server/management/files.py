@@ -42,6 +42,7 @@ from agentic_retrieval.kb.files import (
     conversion_error,
     converted,
 )
+from agentic_retrieval.server.auth import UPLOAD_BODY
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.server.management.common import (
     Management,
@@ -125,10 +126,10 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
             raise _no_file(name, file_id)
         return Response(status_code=204)
 
-    add_routes(app, "/knowledgesources/{name}/files", upload, ["POST"])
+    add_routes(app, "/knowledgesources/{name}/files", upload, ["POST"], UPLOAD_BODY)
     add_routes(app, "/knowledgesources/{name}/files", list_files, ["GET"])
     add_routes(app, "/knowledgesources/{name}/files/{file_id}", get, ["GET"])
-    add_routes(app, "/knowledgesources/{name}/files/{file_id}", update, ["PUT"])
+    add_routes(app, "/knowledgesources/{name}/files/{file_id}", update, ["PUT"], UPLOAD_BODY)
     add_routes(app, "/knowledgesources/{name}/files/{file_id}", delete, ["DELETE"])
 
 
