@@ -143,9 +143,7 @@ async def test_slow_unauthenticated_bodies_get_401_at_once_and_lock_nobody_out(s
         writer.close()
 
 
-@pytest.mark.parametrize(
-    "server", [{"max_in_flight": 1, "max_receiving_bodies": 1}], indirect=True
-)
+@pytest.mark.parametrize("server", [{"max_in_flight": 1, "max_receiving_bodies": 1}], indirect=True)
 async def test_a_body_being_received_holds_a_receiving_slot_not_a_processing_one(server):
     # (issue 19: the bodies buffered at once are bounded; issue 27: in a budget of their own,
     # so slow bodies never take the slots of requests being processed)
