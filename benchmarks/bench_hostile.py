@@ -18,13 +18,24 @@ With ``--files`` (issue 19), against a real ``serve --data`` process instead:
    then for 20 s while 8 of the costliest files the server accepts (a 6.5 MB sheet of ~1M
    cells) are uploaded at once; p50/p95 of each.
 
-    .venv/bin/python benchmarks/bench_hostile.py [--sample] [--files]
+With ``--fairness`` (issue 27), against a real ``serve --data`` process with query keys:
+
+6. one key trickling: 70 connections from one query key send a retrieve body a byte every
+   half second (more than the 64 request slots); meanwhile another query key and the admin
+   key each send 20 retrieves: how many are served and how fast, what the slow connections
+   got, and what ``/healthz`` says;
+7. bodies refused: 60 connections with a query key announce 16 MiB to unknown routes, wrong
+   methods and routes the key may not use, and send the body at full speed; the statuses,
+   the time to the answer and the server process's peak memory growth (VmHWM).
+
+    .venv/bin/python benchmarks/bench_hostile.py [--sample] [--files] [--fairness]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -350,15 +361,150 @@ async def _post_file_async(http, name: str, data: bytes):
     )
 
 
+FAIR_KEYS = ("hostile-query-key", "other-query-key")
+REFUSED = [
+    ("POST", "/nothing/docs/index"),
+    ("POST", "/knowledgesources/x/files/retrieve"),
+    ("PUT", "/knowledgesources/x/files/retrieve"),
+    ("POST", "/indexes('guides')/docs/index"),
+    ("POST", "/knowledgesources('docs')/files"),
+    ("PUT", "/indexes('guides')"),
+]
+
+
+def fairness() -> None:
+    import httpx as sync_http
+    from tests.integration.service_process import KEY as ADMIN
+    from tests.integration.service_process import VERSION, serve_process
+
+    extra = tuple(arg for key in FAIR_KEYS for arg in ("--query-key", key))
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        serve_process(Path(tmp) / "data", extra=extra) as (url, proc),
+    ):
+        with sync_http.Client(
+            base_url=url, headers={"api-key": ADMIN}, params=VERSION, timeout=60
+        ) as http:
+            _create_queryable(http)
+        port = int(url.rsplit(":", 1)[1])
+        print("\n6. 70 connections from one query key trickling retrieve bodies (1 byte / 0.5 s)")
+        print("   trickling  caller           served  p50 ms  max ms   /healthz")
+        for n in (0, 70):
+            asyncio.run(_one_key_trickling(url, port, n, ADMIN))
+        before = _memory(proc.pid)
+        print("\n7. 60 connections, query key, 16 MiB announced and sent at full speed")
+        statuses, waits = asyncio.run(_bodies_refused(port))
+        peak = _memory(proc.pid, "VmHWM")
+        print(f"   answers: {', '.join(f'{k}: {v}' for k, v in sorted(statuses.items()))}")
+        print(f"   seconds to the answer: p50 {statistics.median(waits):.2f}  max {max(waits):.2f}")
+        print(f"   server RSS before {before / 2**20:.0f} MiB, peak after {peak / 2**20:.0f} MiB")
+
+
+async def _one_key_trickling(url: str, port: int, count: int, admin: str) -> None:
+    body = json.dumps(QUESTION).encode()
+    path = "/knowledgebases('transit')/retrieve?api-version=2026-04-01"
+    stop = asyncio.Event()
+    got: list[str] = []
+
+    async def trickle() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\napi-key: {FAIR_KEYS[0]}\r\n\r\n".encode()
+        )
+        try:
+            for byte in body[:-1]:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                with contextlib.suppress(TimeoutError):
+                    line = await asyncio.wait_for(reader.readline(), 0.5)
+                    got.append(line.split()[1].decode() if line else "closed")
+                    return
+                if stop.is_set():
+                    got.append("held")
+                    return
+        except ConnectionError:
+            got.append("reset")
+        finally:
+            writer.close()
+
+    tasks = [asyncio.ensure_future(trickle()) for _ in range(count)]
+    await asyncio.sleep(2.0 if count else 0)
+    for caller, key in (("other query key", FAIR_KEYS[1]), ("admin key", admin)):
+        async with httpx.AsyncClient(base_url=url, headers={"api-key": key}, timeout=60) as http:
+            ok, times = 0, []
+            for _ in range(20):
+                started = time.perf_counter()
+                response = await http.post(path, json=QUESTION)
+                times.append((time.perf_counter() - started) * 1000)
+                ok += response.status_code == 200
+        async with httpx.AsyncClient(timeout=5) as http:
+            health = await http.get(f"{url}/healthz")
+        figures = health.json().get("requests", {})
+        shown = f"{health.status_code} {health.json()['status']}" + (
+            f" receiving {figures['receivingBodies']}, at share {figures['callersAtShare']}, "
+            f"refused {figures['refused']}"
+            if figures
+            else ""
+        )
+        print(
+            f"   {count:9}  {caller:15} {ok:3}/20  {statistics.median(times):6.1f}  "
+            f"{max(times):6.1f}   {shown}"
+        )
+    stop.set()
+    await asyncio.gather(*tasks)
+    if count:
+        counts = {what: got.count(what) for what in sorted(set(got))}
+        print(f"   the {count} trickling connections got: {counts}")
+
+
+async def _bodies_refused(port: int) -> tuple[dict[str, int], list[float]]:
+    chunk = b" " * (1024 * 1024)
+
+    async def one(method: str, path: str) -> tuple[str, float]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        started = time.perf_counter()
+        writer.write(
+            f"{method} {path}?api-version=2026-04-01 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {16 * 1024 * 1024}\r\n"
+            f"api-key: {FAIR_KEYS[0]}\r\n\r\n".encode()
+        )
+        answer = asyncio.ensure_future(reader.readline())
+        try:
+            for _ in range(16):
+                if answer.done():
+                    break
+                writer.write(chunk)
+                await asyncio.wait_for(writer.drain(), 30)
+            line = await asyncio.wait_for(answer, 60)
+            return (line.split()[1].decode() if line else "closed"), time.perf_counter() - started
+        except (ConnectionError, TimeoutError):
+            return "reset", time.perf_counter() - started
+        finally:
+            answer.cancel()
+            writer.close()
+
+    results = await asyncio.gather(*(one(*REFUSED[n % len(REFUSED)]) for n in range(60)))
+    statuses: dict[str, int] = {}
+    for status, _ in results:
+        statuses[status] = statuses.get(status, 0) + 1
+    return statuses, [seconds for _, seconds in results]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sample", action="store_true", help="the bundled sample corpus")
     parser.add_argument("--files", action="store_true", help="hostile files (serve --data)")
+    parser.add_argument("--fairness", action="store_true", help="one key's share (serve --data)")
     args = parser.parse_args()
     print(
         f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
         f"on {os.cpu_count()} CPUs"
     )
+    if args.fairness:
+        fairness()
+        print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     if args.files:
         hostile_files()
         print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

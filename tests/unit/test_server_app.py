@@ -254,6 +254,45 @@ async def test_requests_beyond_the_in_flight_cap_get_429_with_retry_after():
     assert refused.json()["error"]["code"] == "TooManyRequests"
 
 
+def test_query_keys_may_send_bodies_to_the_query_routes_only_and_uploads_are_declared():
+    # the server's guard refuses a body from the route's declaration before reading it
+    # (issue 27): this pins which routes open their body to query keys, and which take
+    # uploads; every other route takes an admin key's body of at most max_body_bytes
+    from agentic_retrieval.server.auth import body_access_of
+
+    app = create_app(transit_kb(), settings=ServerSettings(read_env_keys=False))
+    body_routes = [
+        (route.path, body_access_of(route.endpoint))
+        for route in app.router.routes
+        if not getattr(route, "methods", None) or {"POST", "PUT", "PATCH"} & route.methods
+    ]
+    query = sorted(path for path, access in body_routes if access.role == "query")
+    uploads = sorted(path for path, access in body_routes if access.upload)
+    assert query == [
+        "/agents('{name}')/retrieve",
+        "/agents/{name}/retrieve",
+        "/indexes('{name}')/docs/search",
+        "/indexes('{name}')/docs/search.post.search",
+        "/indexes/{name}/docs/search",
+        "/indexes/{name}/docs/search.post.search",
+        "/knowledgebases('{name}')/mcp",
+        "/knowledgebases('{name}')/retrieve",
+        "/knowledgebases/{name}/mcp",
+        "/knowledgebases/{name}/retrieve",
+        "/v1/chat/completions",
+    ]
+    assert uploads == [
+        "/indexes('{name}')/docs/index",
+        "/indexes('{name}')/docs/search.index",
+        "/indexes/{name}/docs/index",
+        "/indexes/{name}/docs/search.index",
+        "/knowledgesources('{name}')/files",
+        "/knowledgesources('{name}')/files('{file_id}')",
+        "/knowledgesources/{name}/files",
+        "/knowledgesources/{name}/files/{file_id}",
+    ]
+
+
 def test_a_bug_is_500_with_a_request_id_and_no_trace(monkeypatch):
     kb = transit_kb()
 

@@ -73,3 +73,36 @@ async def test_searches_never_wait_behind_the_default_pool():
     finally:
         release.set()
         await asyncio.gather(*hogs)
+
+
+async def test_healthz_is_503_saturated_while_the_request_slots_are_full():
+    # issue 27: a server answering 429 to every new request says so, for a load balancer;
+    # its figures name the slots in use (its own request is not counted)
+    import httpx
+    from tests.fakes import SlowSource
+
+    from agentic_retrieval import KnowledgeBase
+
+    kb = KnowledgeBase([SlowSource(delay=1.0)], name="slowkb")
+    settings = ServerSettings(read_env_keys=False, max_in_flight=1)
+    app = create_app(kb, settings=settings, mcp=False)
+    transport = httpx.ASGITransport(app=app)
+    body = {"intents": [{"search": "x"}], "retrievalReasoningEffort": {"kind": "minimal"}}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        idle = await c.get("/healthz")
+        assert idle.status_code == 200 and idle.json()["status"] == "ok"
+        assert idle.json()["requests"]["inFlight"] == 0
+        slow = asyncio.ensure_future(
+            c.post("/knowledgebases/slowkb/retrieve?api-version=2026-04-01", json=body)
+        )
+        for _ in range(100):  # (bounded: 5 s at most)
+            busy = await c.get("/healthz")
+            if busy.status_code == 503:
+                break
+            await asyncio.sleep(0.05)
+        assert busy.status_code == 503, busy.json()
+        assert busy.json()["status"] == "saturated"
+        assert busy.json()["requests"]["inFlight"] == busy.json()["requests"]["maxInFlight"] == 1
+        assert (await slow).status_code == 200
+        after = await c.get("/healthz")
+    assert after.status_code == 200 and after.json()["requests"]["inFlight"] == 0
