@@ -53,6 +53,16 @@ def serve(
         typer.Option("--query-key", help="Retrieve/search-only key (repeatable)."),
     ] = None,
     max_in_flight: Annotated[int, typer.Option(help="Requests handled at once (per worker).")] = 64,
+    max_receiving_bodies: Annotated[
+        int, typer.Option(help="Request bodies being received at once (per worker).")
+    ] = 32,
+    caller_share: Annotated[
+        float,
+        typer.Option(
+            help="Largest fraction of either budget one key (without keys: one client "
+            "address) may hold; beyond it that caller gets 429s, the others are still served."
+        ),
+    ] = 0.75,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 1024 * 1024,
     max_upload_bytes: Annotated[
         int, typer.Option(help="Largest document batch or uploaded file.")
@@ -155,6 +165,8 @@ def serve(
             query_keys=list(query_key or []),
             scoped_query_keys=list(query_key_for or []),
             max_in_flight=max_in_flight,
+            max_receiving_bodies=max_receiving_bodies,
+            caller_share=caller_share,
             max_body_bytes=max_body_bytes,
             max_upload_bytes=max_upload_bytes,
             host=host,
