@@ -47,6 +47,7 @@ from agentic_retrieval.server.auth import (
     presented_key,
 )
 from agentic_retrieval.server.errors import REQUEST_ID_HEADER, ApiError
+from agentic_retrieval.server.requests import path_name_error
 
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 _UNLIMITED_PATHS = {"/healthz"}
@@ -243,12 +244,17 @@ class GuardMiddleware:
         """Who may send this request's body, from the route it resolves to.
 
         Raises:
-            ApiError: 404 (no route), 405 (not this method), 401/403 (not this key).
+            ApiError: 404 (no route), 405 (not this method), 400 (a name in the path too
+                long to exist), 401/403 (not this key).
         """
         found = resolve_route(self.router, scope)
         if isinstance(found, ApiError):
             raise found
         access, params = found
+        for parameter, value in params.items():  # as the app would: never echo a long name
+            too_long = path_name_error(parameter, str(value))
+            if too_long is not None:
+                raise too_long
         access.check(self.keys, headers, params)
         return access
 
