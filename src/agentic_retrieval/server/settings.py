@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from agentic_retrieval.kb.management import DEFAULT_MAX_DEFINITIONS, DefinitionLimits
 from agentic_retrieval.server.auth import AccessPolicy, ApiKeys
+from agentic_retrieval.server.limits import DEFAULT_CALLER_SHARE
 from agentic_retrieval.server.tokens import TokenSettings, TokenValidator
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 
@@ -91,7 +92,7 @@ class ServerSettings:
     max_header_bytes: int = 64 * 1024
     max_in_flight: int = 64
     max_receiving_bodies: int = 32
-    caller_share: float = 0.75
+    caller_share: float = DEFAULT_CALLER_SHARE
     retry_after_seconds: int = 1
     host: str = "127.0.0.1"
     public_url: str | None = None
