@@ -316,8 +316,11 @@ class KnowledgeBase:
 
         Raises:
             IdentityRequiredError: The knowledge base requires an identity and none is given.
-            InvalidRequestError: A setting the knowledge base cannot run with (e.g. an
-                effort or output mode that needs a chat model there is none of).
+            InvalidRequestError: An effort or output mode that is not one of its values, a
+                ``knowledge_sources`` name this knowledge base does not have
+                (:class:`UnknownKnowledgeSourceError`), a bound filter that does not parse,
+                or a setting the knowledge base cannot run with (e.g. an effort or output
+                mode that needs a chat model there is none of).
             TypeError: A default that is not a :class:`Context` field.
         """
         return knowledge_base_tool(

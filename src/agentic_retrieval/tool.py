@@ -35,10 +35,16 @@ from agentic_retrieval.errors import (
     AgenticRetrievalError,
     IdentityRequiredError,
     InvalidRequestError,
+    UnknownKnowledgeSourceError,
 )
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.sync import run_sync
-from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort
+from agentic_retrieval.graph.vocabulary import (
+    OUTPUT_MODES,
+    REQUESTED_EFFORTS,
+    OutputMode,
+    RequestedEffort,
+)
 from agentic_retrieval.odata import ODataError, check_fields, parse_filter
 from agentic_retrieval.odata.compose import and_filters
 from agentic_retrieval.odata.fields import describe_schema
@@ -216,9 +222,11 @@ def knowledge_base_tool(
 
     Raises:
         IdentityRequiredError: ``kb`` requires an identity and none is given.
-        InvalidRequestError: A setting the knowledge base cannot run with (an effort or
-            output mode without a chat model, a bound filter that does not parse, no
-            source left to search).
+        InvalidRequestError: An effort or output mode that is not one of its values, or a
+            setting the knowledge base cannot run with (an effort or output mode without a
+            chat model, a bound filter that does not parse, no source left to search).
+        UnknownKnowledgeSourceError: ``knowledge_sources`` names a source ``kb`` does not
+            have.
         TypeError: A default that is not a :class:`Context` field, or an unknown argument.
     """
     if kb.require_identity and identity is None:
@@ -226,6 +234,8 @@ def knowledge_base_tool(
             f"the knowledge base '{kb.name}' requires a caller identity: pass identity= to "
             "as_tool (it is bound to the tool, never an argument the model fills)"
         )
+    _check_choice("effort", effort, REQUESTED_EFFORTS)
+    _check_choice("output_mode", output_mode, OUTPUT_MODES)
     run_defaults = _run_defaults(kb.defaults, defaults or {})
     allowed = _allowed_sources(kb, run_defaults)
     offered = _offered_arguments(kb, allowed, arguments)
@@ -242,6 +252,8 @@ def knowledge_base_tool(
         sources_allowed=allowed,
     )
     try:  # what every call would reject, rejected now, where the developer sees it
+        if filter and filter.strip():  # in the tool's terms, not the request's filterAddOn
+            tool._check_filter(filter, allowed)
         prepare(tool.request("settings check"), run_defaults, kb.bindings)
     except (InvalidRequestError, ToolException) as exc:
         settings = f"effort={effort!r}, output_mode={output_mode!r}, filter={filter!r}"
@@ -359,9 +371,24 @@ def _run_defaults(defaults: Context, overrides: Mapping[str, Any]) -> Context:
         raise InvalidRequestError(f"as_tool: {exc}") from exc
 
 
+def _check_choice(setting: str, value: object, choices: tuple[str, ...]) -> None:
+    """One line naming the setting and its values, not pydantic's report on the tool model."""
+    if value is not None and value not in choices:
+        raise InvalidRequestError(
+            f"as_tool: {setting}={value!r} is not one of {', '.join(choices)}"
+        )
+
+
 def _allowed_sources(kb: ToolTarget, defaults: Context) -> list[str]:
     names = list(kb.sources)
     if defaults.knowledge_sources is not None:
+        unknown = [n for n in defaults.knowledge_sources if n not in kb.sources]
+        if unknown:  # a misspelt name would otherwise narrow the tool silently
+            raise UnknownKnowledgeSourceError(
+                f"as_tool: knowledge_sources names {', '.join(repr(n) for n in unknown)}, "
+                f"which the knowledge base '{kb.name}' does not have (it has: "
+                f"{', '.join(names) or 'none'})"
+            )
         names = [n for n in names if n in defaults.knowledge_sources]
     return names
 

@@ -34,7 +34,11 @@ from agentic_retrieval import (
     KnowledgeBase,
     RetrieveResponse,
 )
-from agentic_retrieval.errors import IdentityRequiredError, InvalidRequestError
+from agentic_retrieval.errors import (
+    IdentityRequiredError,
+    InvalidRequestError,
+    UnknownKnowledgeSourceError,
+)
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.testing import ScriptedChatModel, ScriptedToolCallingModel
 from agentic_retrieval.tool import tool_name
@@ -278,8 +282,38 @@ def test_settings_are_checked_when_the_tool_is_made():
         transit().as_tool(arguments=["identity"])
     with pytest.raises(InvalidRequestError, match="top_n"):
         transit().as_tool(top_n=0)
-    with pytest.raises(InvalidRequestError, match="no knowledge source left"):
-        transit().as_tool(knowledge_sources=["payroll"])
+
+
+def test_an_unknown_source_in_knowledge_sources_is_named_with_the_known_ones():
+    with pytest.raises(UnknownKnowledgeSourceError) as raised:
+        transit().as_tool(knowledge_sources=["trnasit", "faq"])
+    assert str(raised.value) == (
+        "as_tool: knowledge_sources names 'trnasit', which the knowledge base 'transit' "
+        "does not have (it has: transit, faq)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "choices"),
+    [
+        ("effort", "meduim", "minimal, low, medium, auto"),
+        ("output_mode", "answer", "extractiveData, answerSynthesis"),
+    ],
+)
+def test_a_misspelt_effort_or_output_mode_lists_the_allowed_values(setting, value, choices):
+    with pytest.raises(InvalidRequestError) as raised:
+        transit().as_tool(**{setting: value})
+    assert str(raised.value) == f"as_tool: {setting}={value!r} is not one of {choices}"
+
+
+def test_a_bad_bound_filter_is_reported_under_the_tools_argument_name():
+    with pytest.raises(InvalidRequestError) as raised:
+        transit().as_tool(filter="year >= 2024")
+    message = str(raised.value)
+    assert message.startswith(
+        "as_tool(effort=None, output_mode=None, filter='year >= 2024'): filter: "
+    )
+    assert "filterAddOn" not in message and "knowledgeSourceParams" not in message
 
 
 # --- identity ---------------------------------------------------------------------------------
