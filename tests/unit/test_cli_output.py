@@ -147,3 +147,56 @@ def test_serve_refuses_a_key_no_request_could_present(kb, monkeypatch, args, mes
     assert result.exit_code == 2
     assert result.stderr.startswith(message), result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_nothing_found_is_said_plainly_with_why(kb):
+    result = runner.invoke(
+        app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "quantum chromodynamics"]
+    )
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "Grounding data" not in out and "0 chunks" not in out
+    assert (
+        "Nothing found: no passage is returned for this question. Why: the searches matched "
+        "no passage. Try other words; a --filter narrows the search, and documents indexed "
+        "with permissions are searched only for a --user or --group they allow."
+    ) in out
+
+
+def test_an_explicit_threshold_is_said_to_apply_and_to_explain_an_empty_result(kb):
+    result = runner.invoke(
+        app,
+        ["retrieve", "--kb", str(kb), "--effort", "minimal", "--threshold", "3.99", "deductible"],
+    )
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "the default threshold does not cut them" not in out
+    assert (
+        "they are ranked, not judged, yet the threshold 3.99 applies to them all the same: " in out
+    )
+    assert "0 of 4 kept" in out
+    assert (
+        "Why: the searches found 4 candidate(s), but they all scored under the threshold 3.99"
+    ) in out
+    none = runner.invoke(
+        app,
+        ["retrieve", "--kb", str(kb), "--effort", "minimal", "--threshold", "none", "deductible"],
+    )
+    assert "ranked, not judged, and no threshold applies (it is none)" in " ".join(
+        none.stdout.split()
+    )
+
+
+def test_the_demo_says_how_many_references_it_shows(tmp_path):
+    result = runner.invoke(app, ["demo", "--kb", str(tmp_path / "sample"), "--questions", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    [header] = [line for line in lines if line.startswith("References (ranked):")]
+    assert header == "References (ranked): 10, the top 5 shown (--top shows more)"
+    start = lines.index(header)
+    listed = [line for line in lines[start + 1 : start + 11] if line.startswith("  [")]
+    assert len(listed) == 5
+    wide = runner.invoke(
+        app, ["demo", "--kb", str(tmp_path / "sample"), "--questions", "1", "--top", "10"]
+    )
+    assert "References (ranked): 10\n" in wide.stdout

@@ -391,7 +391,8 @@ def test_cli_readable_output_says_what_was_left_out_and_that_nothing_was_judged(
     )
     assert strict.exit_code == 0, strict.output
     out = " ".join(strict.stdout.split())
-    assert "Grounding data: 0 chunks" in out
+    assert "Nothing found: no passage is returned for this question." in out
+    assert "yet the threshold 2.5 applies to them all the same: 0 of 3 kept" in out
     assert (
         "Left out (benefits, search #0): 3 documents found by this query were left out of the "
         "response: 3 scored under the rerankerThreshold (2.5)." in out

@@ -16,6 +16,7 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agentic_retrieval.context import DEFAULT_RERANKER_THRESHOLD, THRESHOLD_DEFAULT, Threshold
 from agentic_retrieval.graph.events import (
     Answering,
     Assessing,
@@ -74,16 +75,28 @@ def status_updater(status: Any) -> Callable[[ProgressNote], None]:
     return update
 
 
-def render_response(response: RetrieveResponse, question: str, top: int | None = None) -> None:
-    """Print a readable view: plan, searches, ranked references, the answer."""
+def render_response(
+    response: RetrieveResponse,
+    question: str,
+    top: int | None = None,
+    threshold: Threshold = THRESHOLD_DEFAULT,
+) -> None:
+    """Print a readable view: plan, searches, ranked references, the answer.
+
+    Args:
+        response: The retrieve response.
+        question: The question asked.
+        top: Show only this many references (the header says how many there are).
+        threshold: The run's ``reranker_threshold``: what the relevance line says applied.
+    """
     out.print(f"[bold]Question:[/bold] {question}")
     activity = [record.model_dump(by_alias=True) for record in response.activity or []]
     _render_plan(activity)
     _render_effort(activity)
     _render_searches(activity)
     _render_references(response, top)
-    _render_relevance(activity)
-    _render_text(response)
+    _render_relevance(activity, threshold)
+    _render_text(response, activity, threshold)
 
 
 def _render_plan(activity: list[dict[str, Any]]) -> None:
@@ -134,7 +147,9 @@ def _render_references(response: RetrieveResponse, top: int | None) -> None:
     """
     grounded = {str(c.get("ref_id")): c for c in _grounding(response.text)}
     shown = response.references[:top] if top else response.references
-    out.print(f"[bold]References (ranked):[/bold] {len(response.references)}")
+    hidden = len(response.references) - len(shown)
+    more = f", the top {len(shown)} shown (--top shows more)" if hidden else ""
+    out.print(f"[bold]References (ranked):[/bold] {len(response.references)}{more}")
     for ref in shown:
         score = "" if ref.reranker_score is None else f"{ref.reranker_score:.2f}"
         data = ref.source_data or grounded.get(ref.id, {})
@@ -145,7 +160,7 @@ def _render_references(response: RetrieveResponse, top: int | None) -> None:
             out.print(f"            {where}", markup=False)
 
 
-def _render_relevance(activity: list[dict[str, Any]]) -> None:
+def _render_relevance(activity: list[dict[str, Any]], threshold: Threshold) -> None:
     """What was left out and why, and whether the ranking was judged or only ordered.
 
     The same facts as the JSON's search-record warnings and semanticReranker record, so an
@@ -170,10 +185,19 @@ def _render_relevance(activity: list[dict[str, Any]]) -> None:
         else f"; the top passages hold {coverage:.0%} of the question's words"
     )
     if candidates and calibrated < candidates:
+        if isinstance(threshold, int | float) and threshold:  # cuts every score, judged or not
+            cut = (
+                f"yet the threshold {threshold:g} applies to them all the same: "
+                f"{last.get('keptCount', 0)} of {candidates} kept"
+            )
+        elif threshold == THRESHOLD_DEFAULT:
+            cut = "so the default threshold does not cut them"
+        else:
+            cut = "and no threshold applies (it is none)"
         out.print(
             f"Relevance: {candidates - calibrated} of {candidates} candidates have no "
             f"calibrated relevance score ({last.get('reranker')}): they are ranked, not "
-            f"judged, so the default threshold does not cut them{held}.",
+            f"judged, {cut}{held}.",
             markup=False,
         )
     elif candidates:
@@ -186,10 +210,16 @@ def _render_relevance(activity: list[dict[str, Any]]) -> None:
         out.print("Relevance: the searches found no candidate.", markup=False)
 
 
-def _render_text(response: RetrieveResponse) -> None:
+def _render_text(
+    response: RetrieveResponse, activity: list[dict[str, Any]], threshold: Threshold
+) -> None:
     text = response.text
     if text.lstrip().startswith("["):
         chunks = _grounding(text)
+        if not chunks:
+            out.print("[bold]Nothing found:[/bold] no passage is returned for this question.")
+            out.print(f"  Why: {_why_nothing(activity, threshold)}", markup=False)
+            return
         out.print(f"[bold]Grounding data:[/bold] {len(chunks)} chunks, {len(text)} characters")
         for chunk in chunks:
             snippet = " ".join(str(chunk.get("content", "")).split())
@@ -201,6 +231,34 @@ def _render_text(response: RetrieveResponse) -> None:
     else:
         out.print("[bold]Answer:[/bold]")
         out.print(Markdown(text))
+
+
+def _why_nothing(activity: list[dict[str, Any]], threshold: Threshold) -> str:
+    """The likeliest reason an extractive response is empty, and what to try."""
+    searches = [r for r in activity if "knowledgeSourceName" in r]
+    if searches and all(r.get("error") for r in searches):
+        return "every search failed (the errors are in the table above)."
+    reranks = [r for r in activity if r["type"] == "semanticReranker"]
+    candidates = reranks[-1].get("candidateCount", 0) if reranks else 0
+    if not candidates:
+        failed = any(r.get("error") for r in searches)
+        return (
+            "the searches matched no passage"
+            + (", and a search failed (its error is in the table above)" if failed else "")
+            + ". Try other words; a --filter narrows the search, and documents indexed "
+            "with permissions are searched only for a --user or --group they allow."
+        )
+    found = f"the searches found {candidates} candidate(s)"
+    if isinstance(threshold, int | float) and threshold:
+        cut = f"all scored under the threshold {threshold:g}"
+    elif threshold == THRESHOLD_DEFAULT:
+        cut = f"all scored under the default threshold {DEFAULT_RERANKER_THRESHOLD:g}"
+    else:
+        return f"{found}, and the output limits left every one out (see 'Left out' above)."
+    return (
+        f"{found}, but they {cut} (see 'Left out' above): the knowledge base may not answer "
+        "this. --threshold none shows them all the same."
+    )
 
 
 def _grounding(text: str) -> list[dict[str, Any]]:

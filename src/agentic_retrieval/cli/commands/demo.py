@@ -53,7 +53,12 @@ def demo(
         out.rule(item["id"])
         request = build_request(knowledge_base, item["question"], "minimal", None, None)
         response = run_retrieve(knowledge_base, request, on_event=None)
-        render_response(response, item["question"], top=top)
+        render_response(
+            response,
+            item["question"],
+            top=top,
+            threshold=knowledge_base.defaults.reranker_threshold,
+        )
         rank = expected_rank(response, item["files"])
         if rank is not None and rank <= top:
             found += 1

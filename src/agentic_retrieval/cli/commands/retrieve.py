@@ -137,7 +137,7 @@ def retrieve(
             response = run_retrieve(
                 knowledge_base, request, on_event=status_updater(status), identity=identity
             )
-        render_response(response, question)
+        render_response(response, question, threshold=knowledge_base.defaults.reranker_threshold)
     for warning in effort_warnings(response):
         err.print(f"note: {warning}", markup=False, soft_wrap=True)
     _exit_unless_complete(response)
