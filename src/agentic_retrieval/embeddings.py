@@ -48,6 +48,7 @@ from langchain_core.embeddings import Embeddings
 from agentic_retrieval.errors import (
     EmbeddingsConfigError,
     LocalEmbeddingsUnavailableError,
+    install_hint,
 )
 
 logger = logging.getLogger(__name__)
@@ -325,8 +326,7 @@ def same_model(recorded: str, embeddings: Embeddings) -> bool:
 CACHE_ENV_VAR = "AGENTIC_RETRIEVAL_CACHE"
 """Names the library's cache directory (see :func:`library_cache_dir`)."""
 INT8_INSTALL_HINT = (
-    "int8 local embeddings need the [openvino] extra: "
-    "pip install 'agentic-retrieval[local,openvino]'"
+    f"int8 local embeddings need the [openvino] extra: {install_hint('local', 'openvino')}"
 )
 GROUP_SIZE = 64
 """Activation values sharing one int8 scale. Measured (benchmarks/README.md, "Embedding

@@ -150,6 +150,19 @@ class MissingDependencyError(ConfigurationError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 
 
+def install_hint(*extras: str) -> str:
+    """How to install ``extras``, from the package index and in a checkout (one wording).
+
+    ``install_hint("office")`` is ``pip install 'agentic-retrieval[office]' (in a checkout:
+    .venv/bin/pip install -e '.[office]')``: every missing-extra message ends with it.
+    """
+    names = ",".join(extras)
+    return (
+        f"pip install 'agentic-retrieval[{names}]' "
+        f"(in a checkout: .venv/bin/pip install -e '.[{names}]')"
+    )
+
+
 class LocalEmbeddingsUnavailableError(MissingDependencyError):
     """sentence-transformers or the bundled model package is not installed."""
 

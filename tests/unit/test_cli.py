@@ -368,3 +368,38 @@ def test_index_partial_failure_exits_0_and_strict_exits_1(tmp_path, docs):
     assert strict.exit_code == 1
     assert "error: --strict: some files were not indexed (see above)" in strict.stderr
     assert "broken.pdf" in strict.stderr and "photo.png" in strict.stderr
+
+
+def test_a_wrong_id_field_lists_the_columns_found(tmp_path):
+    records = tmp_path / "stops.csv"
+    records.write_text("doc,title,body\n1,Tram,The night tram\n2,Bike,Bikes are free\n")
+    kb_dir = tmp_path / "kb"
+    args = ["index", "--kb", str(kb_dir), "--source", "stops", "--records", str(records)]
+    result = runner.invoke(app, [*args, "--id-field", "key", "--text-field", "body"])
+    assert result.exit_code == 1
+    assert (
+        "failed: stops.csv:2: no id field (key); the record's fields are: doc, title, body"
+        in result.stderr
+    )
+    assert "error: nothing was indexed: every record failed (2, see above)" in result.stderr
+
+
+def test_an_office_file_without_the_extra_gives_the_checkout_form_too(tmp_path, monkeypatch):
+    import sys
+
+    from tests.office_files import docx
+
+    monkeypatch.setitem(sys.modules, "markitdown", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "markitdown.converters", None)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.docx").write_bytes(docx("Parking", "Saltmarsh park and ride."))
+    result = runner.invoke(
+        app, ["index", "--kb", str(tmp_path / "kb"), "--source", "guides", str(docs)]
+    )
+    assert result.exit_code == 1
+    assert (
+        f"failed: {docs / 'guide.docx'}: reading .docx files needs the [office] extra: "
+        "pip install 'agentic-retrieval[office]' (in a checkout: .venv/bin/pip install -e "
+        "'.[office]')"
+    ) in " ".join(result.stderr.split())

@@ -133,7 +133,7 @@ def test_bad_records_are_reported_with_their_line_and_the_rest_is_indexed(tmp_pa
     reasons = {f.path: f.reason for f in report.failed}
     assert list(reasons) == [f"mixed.jsonl:{n}" for n in (2, 3, 4, 5, 6, 7, 8)]
     assert reasons["mixed.jsonl:2"].startswith("invalid JSON")
-    assert reasons["mixed.jsonl:3"] == "no id field (_id or id)"
+    assert reasons["mixed.jsonl:3"] == "no id field (_id or id); the record's fields are: text"
     assert reasons["mixed.jsonl:4"] == "record 'empty' has no text (text or content)"
     assert reasons["mixed.jsonl:5"] == "duplicate id 'ok'"
     assert "['unit price'] cannot be filtered on" in reasons["mixed.jsonl:6"]

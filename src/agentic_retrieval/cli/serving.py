@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentic_retrieval.cli.errors import UserError
+from agentic_retrieval.errors import install_hint
 
 ENFORCE_ENV = "AGENTIC_RETRIEVAL_ENFORCE_PERMISSIONS"
 REQUIRE_IDENTITY_ENV = "AGENTIC_RETRIEVAL_REQUIRE_IDENTITY"
@@ -123,7 +124,4 @@ def import_extra(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise UserError(
-            f"this command needs the [{extra}] extra: pip install 'agentic-retrieval[{extra}]' "
-            f"(in a checkout: .venv/bin/pip install -e '.[{extra}]')"
-        ) from exc
+        raise UserError(f"this command needs the [{extra}] extra: {install_hint(extra)}") from exc

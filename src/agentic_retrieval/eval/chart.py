@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentic_retrieval.errors import MissingDependencyError
+from agentic_retrieval.errors import MissingDependencyError, install_hint
 from agentic_retrieval.eval.significance import mean_interval
 
 if TYPE_CHECKING:
@@ -126,6 +126,6 @@ def _pyplot() -> Any:
         from matplotlib import pyplot as plt
     except ImportError as exc:
         raise MissingDependencyError(
-            "the chart needs the [eval] extra: pip install 'agentic-retrieval[eval]'"
+            f"the chart needs the [eval] extra: {install_hint('eval')}"
         ) from exc
     return plt

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agentic_retrieval.errors import MissingDependencyError
+from agentic_retrieval.errors import MissingDependencyError, install_hint
 from agentic_retrieval.text.citations import cited_ids
 
 IR_METRICS: dict[str, str] = {
@@ -31,10 +31,7 @@ IR_METRICS: dict[str, str] = {
 }
 """Our metric names and the ``ir-measures`` measure behind each."""
 _SPACES = re.compile(r"\s+")
-_INSTALL_HINT = (
-    "evaluation metrics need the [eval] extra: pip install 'agentic-retrieval[eval]' "
-    "(in a checkout: .venv/bin/pip install -e '.[eval]')"
-)
+_INSTALL_HINT = f"evaluation metrics need the [eval] extra: {install_hint('eval')}"
 
 
 def require_eval_extra() -> None:

@@ -45,6 +45,7 @@ from agentic_retrieval.errors import (
     MissingDependencyError,
     PermissionsNotEnforceableError,
     SourceError,
+    install_hint,
 )
 from agentic_retrieval.odata import ODataError, and_filters, parse_filter
 from agentic_retrieval.permissions import ALL, Access
@@ -56,9 +57,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_AZURE_EXTRA_HINT = (
-    "the Azure AI Search source needs the [azure] extra: pip install 'agentic-retrieval[azure]'"
-)
+_AZURE_EXTRA_HINT = f"the Azure AI Search source needs the [azure] extra: {install_hint('azure')}"
 
 QUERY_SOURCE_AUTHORIZATION = "x-ms-query-source-authorization"
 """The header Azure reads the end user's token from, to trim results by permission."""

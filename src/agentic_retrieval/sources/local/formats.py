@@ -35,7 +35,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentic_retrieval.errors import ConversionLimitError, LoaderError, MissingConverterError
+from agentic_retrieval.errors import (
+    ConversionLimitError,
+    LoaderError,
+    MissingConverterError,
+    install_hint,
+)
 from agentic_retrieval.sources.local.archives import open_office_package
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 from agentic_retrieval.sources.local.loaders import (
@@ -187,8 +192,7 @@ def missing_converter(extension: str) -> MissingConverterError | None:
 
 def _missing_extra(extension: str) -> MissingConverterError:
     return MissingConverterError(
-        f"reading {extension} files needs the [{OFFICE_EXTRA}] extra: pip install "
-        f"'agentic-retrieval[{OFFICE_EXTRA}]'"
+        f"reading {extension} files needs the [{OFFICE_EXTRA}] extra: {install_hint(OFFICE_EXTRA)}"
     )
 
 

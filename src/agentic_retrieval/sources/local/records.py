@@ -44,6 +44,8 @@ RESERVED_RECORD_FIELDS = RESERVED_METADATA
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _LOADER_POSITION_KEYS = ("row", "page", "seq_num", "start_index")
 _ID_SEPARATORS = re.compile(r"[;,]")
+MAX_NAMED_FIELDS = 20
+"""Field names a record error lists (a wide CSV has hundreds)."""
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 
 
@@ -142,12 +144,21 @@ def to_record(item: Mapping[str, Any] | Document, fields: RecordFields) -> Recor
         raise RecordError(f"a record must be an object, not {type(item).__name__}")
     identifier = _first(item, fields.id)
     if identifier is None:
-        raise RecordError(f"no id field ({' or '.join(fields.id)})")
+        raise RecordError(f"no id field ({' or '.join(fields.id)}); {_fields_found(item)}")
     title = _first(item, fields.title)
     text = _first(item, fields.text)
     metadata = {k: v for k, v in item.items() if k not in fields.names}
     record = _record(str(identifier), title, text, metadata, fields)
     return _with_permissions(record, item, fields)
+
+
+def _fields_found(item: Mapping[str, Any]) -> str:
+    """The record's field names (the first 20): what a misspelt field option should have been."""
+    names = [str(name) for name in itertools.islice(item, MAX_NAMED_FIELDS)]
+    more = len(item) - len(names)
+    if not names:
+        return "the record has no fields"
+    return f"the record's fields are: {', '.join(names)}" + (f" (and {more} more)" if more else "")
 
 
 def _from_document(document: Document, fields: RecordFields) -> Record:
