@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from agentic_retrieval.cli import app
 from agentic_retrieval.errors import EvalConfigurationError
-from agentic_retrieval.eval import Configuration, Progress, evaluate
+from agentic_retrieval.eval import Configuration, Progress, Question, evaluate
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.testing import ScriptedChatModel
@@ -314,3 +314,54 @@ def test_failed_questions_are_listed_by_the_command(tmp_path, kb_dir):
     failure = next(line for line in result.stdout.splitlines() if "failed" in line)
     assert failure.startswith("minimal/indexed/default/top100: question huge failed: ")
     assert "200000" in failure
+
+
+def test_report_md_lists_the_failed_questions_worst_first_and_bounded(tmp_path, kb_dir):
+    missed = {"id": "missed", "question": "tram maintenance", "relevant": ["d3"]}
+    unanswerable = [
+        {"id": f"z{n:02}", "question": f"zeppelin mooring {n}", "relevant": ["d1"]}
+        for n in range(12)
+    ]
+    questions = write(tmp_path / "q.jsonl", jsonl([*QUESTIONS, missed, *unanswerable]))
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["eval", "--kb", str(kb_dir), "--questions", str(questions), "--output", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    markdown = (out / "report.md").read_text()
+    section = markdown[markdown.index("## Questions that failed") :]
+    assert "### minimal/indexed/default/top100: 14 of 17 failed" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0] == "| question | asked | nDCG@10 | evidence | why |"
+    assert rows[1].startswith("| huge | " + "x" * 59 + "… | 0.000 | - | error: ")
+    assert rows[2] == (
+        "| missed | tram maintenance | 0.000 | - | no relevant document in the top 10 |"
+    )
+    assert rows[3] == "| z00 | zeppelin mooring 0 | 0.000 | - | nothing retrieved |"
+    assert [row.split(" | ")[0] for row in rows[3:]] == [f"| z{n:02}" for n in range(8)]
+    assert "... and 4 more (report.json)." in section
+    for passed in ("fares", "night", "ferry"):  # each found what it needed
+        assert f"| {passed} |" not in section
+
+
+def test_report_md_names_a_question_whose_evidence_was_not_found(tmp_path, kb_dir):
+    questions = [Question("hours", (("user", "ferry harbour"),), evidence=("at noon",))]
+    report = evaluate(kb_dir, [Configuration()], questions=questions)
+    assert (
+        "| hours | ferry harbour | - | 0.00 | none of the evidence found in the retrieved text |"
+    ) in report.markdown()
+
+
+def test_the_default_retrieval_label_is_a_retrieval_value(tmp_path, kb_dir):
+    questions = write(tmp_path / "q.jsonl", jsonl(QUESTIONS[:2]))
+    args = ["eval", "--kb", str(kb_dir), "--questions", str(questions)]
+    result = runner.invoke(
+        app, [*args, "--retrieval", "indexed,lexical", "--output", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    names = [c["name"] for c in report["configurations"]]
+    assert names == ["minimal/indexed/default/top100", "minimal/lexical/default/top100"]
+    assert Configuration(retrieval="indexed") == Configuration()  # the default, spelt out
+    help_text = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "lexical, hybrid, indexed" in help_text

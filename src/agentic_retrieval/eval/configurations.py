@@ -14,7 +14,9 @@ from agentic_retrieval.errors import EvalConfigurationError
 from agentic_retrieval.graph.vocabulary import OUTPUT_MODES, OutputMode, RequestedEffort
 from agentic_retrieval.graph.vocabulary import REQUESTED_EFFORTS as EFFORTS
 
-RETRIEVALS = ("lexical", "hybrid")
+AS_INDEXED = "indexed"
+"""The retrieval mode that keeps a knowledge base as it was indexed (what ``None`` means)."""
+RETRIEVALS = ("lexical", "hybrid", AS_INDEXED)
 DEFAULT_TOP_N = 100
 """Ranked chunks kept per question: deep enough for Recall@100 on single-chunk documents."""
 EVAL_MAX_OUTPUT_SIZE = 10_000_000
@@ -28,8 +30,10 @@ class Configuration:
     Args:
         effort: ``minimal`` (no model), ``low``, ``medium`` or ``auto`` (escalates from
             minimal when the question or its results call for it).
-        retrieval: ``lexical`` (BM25), ``hybrid`` (BM25 + vectors), or ``None`` for the
-            knowledge base as it is (hybrid where a source has vectors).
+        retrieval: ``lexical`` (BM25), ``hybrid`` (BM25 + vectors), or ``indexed`` (the
+            same as ``None``, the default) for the knowledge base as it was indexed (hybrid
+            where a source has vectors, lexical elsewhere). A BEIR corpus's cache may or may
+            not hold vectors, so there it runs (and is named) ``lexical``.
         reranker: A reranker name (``default``, ``lexical``, ``embedding``) or ``None`` for
             the knowledge base's own.
         top_n: Ranked chunks kept (1-200); documents are folded from them.
@@ -50,7 +54,7 @@ class Configuration:
     reranker_threshold: Threshold = None
 
     def __post_init__(self) -> None:
-        """Reject unknown values with the allowed ones."""
+        """Reject unknown values with the allowed ones; ``indexed`` is stored as ``None``."""
         if self.effort not in EFFORTS:
             raise EvalConfigurationError(
                 f"effort must be one of {', '.join(EFFORTS)}: {self.effort!r}"
@@ -59,6 +63,8 @@ class Configuration:
             raise EvalConfigurationError(
                 f"retrieval must be one of {', '.join(RETRIEVALS)}: {self.retrieval!r}"
             )
+        if self.retrieval == AS_INDEXED:  # one spelling for "as indexed" from here on
+            object.__setattr__(self, "retrieval", None)
         if self.output_mode not in OUTPUT_MODES:
             raise EvalConfigurationError(
                 f"output mode must be one of {', '.join(OUTPUT_MODES)}: {self.output_mode!r}"
@@ -77,7 +83,7 @@ class Configuration:
         """The label, or ``effort/retrieval/reranker/topN[/answer]``."""
         if self.label:
             return self.label
-        parts = [self.effort, self.retrieval or "indexed", self.reranker or "default"]
+        parts = [self.effort, self.retrieval or AS_INDEXED, self.reranker or "default"]
         parts.append(f"top{self.top_n}")
         if self.output_mode == "answerSynthesis":
             parts.append("answer")

@@ -38,6 +38,10 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cost", "USD/q", ".5f"),
     ("errors", "errors", "d"),
 )
+MAX_FAILED_LISTED = 10
+"""Failed questions ``report.md`` lists per configuration, the worst first (report.json has all)."""
+_QUESTION_CHARS = 60
+_ERROR_CHARS = 160
 
 
 @dataclass
@@ -215,7 +219,7 @@ class EvalReport:
         return target
 
     def markdown(self, metrics: Sequence[str] = ("nDCG@10", "R@100", "evidence_recall")) -> str:
-        """The summary table and the comparisons, as Markdown."""
+        """The summary table, the comparisons, the notes and the failed questions, as Markdown."""
         columns = self.columns()
         lines = [
             "| configuration | " + " | ".join(h for _, h, _ in columns) + " |",
@@ -232,11 +236,83 @@ class EvalReport:
                 f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.p_value:.3f}{c.marker} |"
                 for c in shown
             ]
-        lines += [""] + [f"- {note}" for note in self.notes]
+        if self.notes:
+            lines += [""] + [f"- {note}" for note in self.notes]
+        lines += self._failed_lines()
         return "\n".join(lines).rstrip() + "\n"
+
+    def _failed_lines(self) -> list[str]:
+        """Per configuration, the questions that failed, the worst first (a bounded list)."""
+        lines = [
+            "",
+            "## Questions that failed",
+            "",
+            "An error, no relevant document in the top 10 (nDCG@10 = 0), or none of the "
+            f"evidence found; at most {MAX_FAILED_LISTED} per configuration, the worst first "
+            "(report.json has every question).",
+        ]
+        texts = {q.id: q.text for q in self.questions}
+        for result in self.results:
+            failed = failed_questions(result)
+            lines += [
+                "",
+                f"### {result.configuration.name}: {len(failed)} of {len(result.queries)} failed",
+            ]
+            if not failed:
+                continue
+            lines += ["", "| question | asked | nDCG@10 | evidence | why |", "|---" * 5 + "|"]
+            ndcg = result.metrics.get("nDCG@10", {})
+            for query, why in failed[:MAX_FAILED_LISTED]:
+                cells = (
+                    query.question_id,
+                    _shorten(texts.get(query.question_id, ""), _QUESTION_CHARS),
+                    format_value(ndcg.get(query.question_id), ".3f"),
+                    format_value(query.evidence_recall, ".2f"),
+                    _shorten(why, _ERROR_CHARS),
+                )
+                lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            if len(failed) > MAX_FAILED_LISTED:
+                lines += ["", f"... and {len(failed) - MAX_FAILED_LISTED} more (report.json)."]
+        return lines
 
     def _repr_markdown_(self) -> str:
         return self.markdown()
+
+
+def failed_questions(result: ConfigurationResult) -> list[tuple[QueryResult, str]]:
+    """The questions ``result`` failed, each with why, the worst first.
+
+    A question fails when it raised an error, when it is judged and no relevant document
+    ranked in the top 10 (nDCG@10 = 0), or when it has evidence strings and none was found.
+    Errors come first, then the lowest nDCG@10, then the lowest evidence recall.
+    """
+    ndcg = result.metrics.get("nDCG@10", {})
+    failed: list[tuple[tuple[int, float, float], QueryResult, str]] = []
+    for query in result.queries:
+        score = ndcg.get(query.question_id)
+        evidence = query.evidence_recall
+        if query.error:
+            why = f"error: {query.error}"
+        elif score == 0.0:
+            why = "no relevant document in the top 10" if query.documents else "nothing retrieved"
+        elif evidence == 0.0:
+            why = "none of the evidence found in the retrieved text"
+        else:
+            continue
+        order = (0 if query.error else 1, 1.0 if score is None else score, evidence or 0.0)
+        failed.append((order, query, why))
+    failed.sort(key=lambda item: item[0])
+    return [(query, why) for _, query, why in failed]
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _cell(text: str) -> str:
+    """A Markdown table cell: a ``|`` in the text would start a new column."""
+    return text.replace("|", "\\|")
 
 
 def format_value(value: Any, spec: str) -> str:

@@ -55,8 +55,8 @@ def eval_command(
     retrieval: Annotated[
         str | None,
         typer.Option(
-            help="Comma list: lexical, hybrid (default: lexical for --dataset, "
-            "as indexed for --kb)."
+            help="Comma list: lexical, hybrid, indexed (each source as it was indexed: "
+            "hybrid where it has vectors). Default: indexed for --kb, lexical for --dataset."
         ),
     ] = None,
     reranker: Annotated[
