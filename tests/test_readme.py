@@ -307,3 +307,45 @@ def test_the_install_notes_name_real_extras():
     for heading in ("### 1. Import it", "### 2. Debug it in LangGraph Studio", "## Rerankers"):
         section = README.read_text().split(f"{heading}\n", 1)[1]
         assert section.lstrip().startswith("*Install: "), heading
+
+
+def pyproject_extras() -> dict[str, list[str]]:
+    import tomllib
+
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
+    return project["optional-dependencies"]
+
+
+def test_the_dev_extra_is_said_to_leave_out_exactly_what_it_leaves_out():
+    paragraph = README.read_text().split("Add extras in the checkout", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r'"\.\[(\w+)\]"', paragraph))
+    left_out = set(re.findall(r"`(\w+)`", paragraph.split("it includes the others but", 1)[1]))
+    extras = pyproject_extras()
+    included = {
+        name for requirement in extras["dev"] for name in re.findall(r"\[([\w,]+)\]", requirement)
+        for name in name.split(",")
+    }  # fmt: skip
+    assert listed <= set(extras)
+    assert left_out == listed - included - {"dev"}
+
+
+def test_an_offline_medium_effort_example_runs_with_the_others():
+    """A runnable block (test_python_examples_run_and_print_what_they_say runs each) scripts
+    a chat model, so low and medium effort can be tried without a key or a notebook."""
+    scripted = [b for b in blocks("python") if "ScriptedChatModel(" in b]
+    assert scripted, "no runnable README example uses ScriptedChatModel"
+    assert any('"kind": "medium"' in b for b in scripted)
+
+
+def test_the_notebooks_run_with_what_the_readme_says():
+    section = README.read_text().split("### 3. Experiment in notebooks\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    install = section.lstrip().split("\n\n", 1)[0]
+    assert "`make notebooks`" in install and "`dev`" in install
+    makefile = (README.parent / "Makefile").read_text()
+    recipe = makefile.split("\nnotebooks: ", 1)[1].split("\n\n", 1)[0]
+    assert recipe.startswith("install-dev") and "tests/test_notebooks.py --write" in recipe
+    dev = " ".join(pyproject_extras()["dev"])
+    assert "nbclient" in dev and "ipykernel" in dev  # what tests/test_notebooks.py runs them with
+    for tool in re.findall(r"jupyter[ -](nbconvert|lab|notebook)\b", README.read_text()):
+        assert tool in dev, f"the README runs jupyter {tool}, which the dev extra lacks"
