@@ -349,3 +349,57 @@ def test_the_notebooks_run_with_what_the_readme_says():
     assert "nbclient" in dev and "ipykernel" in dev  # what tests/test_notebooks.py runs them with
     for tool in re.findall(r"jupyter[ -](nbconvert|lab|notebook)\b", README.read_text()):
         assert tool in dev, f"the README runs jupyter {tool}, which the dev extra lacks"
+
+
+def headings(text: str) -> list[tuple[int, str]]:
+    """``(level, title)`` of each Markdown heading outside code blocks, in order."""
+    prose = FENCE.sub("", text)
+    return [(len(m[1]), m[2].strip()) for m in re.finditer(r"^(#{1,6}) (.+)$", prose, re.M)]
+
+
+def anchor(title: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def section(title: str) -> str:
+    return README.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_contents_link_every_section_and_each_link_lands_on_one():
+    text = README.read_text()
+    titles = headings(text)
+    anchors = {anchor(t) for _, t in titles}
+    assert len(anchors) == len(titles), "two headings share an anchor"
+    contents = section("Contents")
+    links = re.findall(r"\]\(#([^)]+)\)", contents)
+    assert sorted(set(links) - anchors) == []
+    chapters = [anchor(t) for level, t in titles if level == 2 and t != "Contents"]
+    assert [c for c in chapters if c not in links] == []
+    assert [c for c in links if c in chapters] == chapters  # in the README's order
+
+
+def test_the_first_hour_comes_first_and_links_down():
+    text = README.read_text()
+    chapters = [t for level, t in headings(text) if level == 2]
+    assert chapters[:3] == ["Contents", "Your first hour", "Quickstart"]
+    first_hour = section("Your first hour")
+    anchors = {anchor(t) for _, t in headings(text)}
+    links = re.findall(r"\]\(#([^)]+)\)", first_hour)
+    assert sorted(set(links) - anchors) == []
+    for step in ("quickstart", "the-embedded-default-a-knowledge-base-on-disk", "1-import-it",
+                 "serving", "as-a-tool-for-agents"):  # fmt: skip
+        assert step in links, step
+
+
+def test_the_first_hour_commands_are_run():
+    """Its shell lines are in runnable blocks (test_readme_cli_commands_run runs them in
+    order, before the sections'), and the make targets it names are what CI runs."""
+    first_hour = section("Your first hour")
+    shell = [body for lang, info, body in FENCE.findall(first_hour) if lang == "bash"]
+    assert shell and all(body in blocks("bash") for body in shell)
+    lines = [line for body in shell for line in body.splitlines() if line.strip()]
+    assert lines and all(line in cli_lines() for line in lines)
+    ci = (README.parent / ".ci" / "run").read_text()
+    for target in re.findall(r"`(make \w+)`", first_hour):
+        assert target in ci, target
