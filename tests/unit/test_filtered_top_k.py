@@ -213,7 +213,7 @@ def test_an_index_of_the_previous_format_is_rebuilt_with_the_filter_fields(tmp_p
     store = LocalStore(path)
     try:
         rebuilt = json.loads(current_file.read_text())
-        assert rebuilt["format"] == LEXICAL_FORMAT == 2
+        assert rebuilt["format"] == LEXICAL_FORMAT == 3
         assert rebuilt["name"] != current["name"]
         assert_brute_force(store, path, "winter heat demand", ACCESSES[2])
     finally:

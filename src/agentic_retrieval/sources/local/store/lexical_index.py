@@ -51,9 +51,10 @@ from agentic_retrieval.sources.local.store.tantivy_filters import (
 
 logger = logging.getLogger(__name__)
 
-LEXICAL_FORMAT = 2
+LEXICAL_FORMAT = 3
 """Version of what a chunk's tantivy document holds; an index in another format is rebuilt
-(2: the filterable fields and principals of :mod:`.tantivy_filters`)."""
+from SQLite when its store opens (2: the filterable fields and principals of
+:mod:`.tantivy_filters`; 3: English word forms folded by the stemmer of :func:`_analyzer`)."""
 DIRECTORY_SUFFIX = ".lexical"
 FOLD_TOKENIZER = "fold"
 RID_FIELD = "rid"
@@ -76,18 +77,32 @@ def lexical_directory(store_path: Path) -> Path:
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
-    # FTS5's unicode61 remove_diacritics 2, as near as tantivy's parts go: words of letters
-    # and digits, lower case, diacritics folded; CJK runs arrive as bigrams (fts_segment)
+    """How the text fields and the query terms are analysed (the same for both).
+
+    Words of letters and digits, lower case, diacritics folded (FTS5's ``unicode61
+    remove_diacritics 2``, as near as tantivy's parts go; CJK runs arrive as bigrams, see
+    :func:`~.lexical.fts_segment`), then English word forms folded by the Porter2 (Snowball
+    English) stemmer, so "dog" finds "Dogs" and "hose" finds "Hoses". Every word is indexed:
+    stop words are dropped from queries only (:data:`~.lexical.QUERY_STOPWORDS`). Chosen
+    against a plural-only stemmer and stop words in the index, and checked against a
+    Lucene-style BM25 with English analysis (benchmarks/README.md, "Word forms").
+    """
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(255))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.ascii_fold())
+        .filter(tantivy.Filter.stemmer("english"))
         .build()
     )
 
 
 _ANALYZER = _analyzer()
+
+
+def index_words(text: str) -> list[str]:
+    """The words the index holds for ``text`` (and a query looks up): ``Hoses`` is ``hose``."""
+    return list(_ANALYZER.analyze(text))
 
 
 def build_schema() -> tantivy.Schema:
