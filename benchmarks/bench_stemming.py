@@ -26,7 +26,7 @@ over the same chunks (bm25s Lucene-style, and rank_bm25 as bench_relevance.py pr
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_stemming.py [--cache DIR]`` (``--cache``
 keeps the indexed stores there for the next run; needs the ``bench``
-and ``eval`` extras; skips what ../shared lacks). About 6 minutes on 2 shared cores.
+and ``eval`` extras; skips what ../shared lacks). About 20 minutes on 2 cores at load 12-22.
 """
 
 from __future__ import annotations
