@@ -77,7 +77,7 @@ def test_a_store_indexed_with_the_old_analyzer_is_rebuilt_on_open(tmp_path, monk
         .filter(tantivy.Filter.ascii_fold())
         .build()
     )
-    with monkeypatch.context() as patch:  # what release 0.3 wrote: format 2, exact forms
+    with monkeypatch.context() as patch:  # what stores wrote before: format 2, exact word forms
         patch.setattr(lexical_index, "_ANALYZER", old)
         patch.setattr(lexical_index, "LEXICAL_FORMAT", 2)
         store = LocalStore(path, create=True)
