@@ -252,6 +252,17 @@ class IndexDefinition(Definition):
         """Every ``permissionFilter`` field: never filtered on, whatever the option says."""
         return frozenset(f.name for f in self.fields if f.permission_filter)
 
+    def readable_fields(self, *, elevated: bool = False) -> list[IndexField]:
+        """The fields a caller reads back, in the index's order.
+
+        The retrievable ones, but a permission field only for an ``elevated`` (admin) caller.
+        The one rule for every response: ``docs/search`` and lookups return these fields
+        (and refuse to select others), and a retrieve (for any caller) builds its passages,
+        titles and ``sourceData`` from the non-elevated ones only.
+        """
+        hidden = self.permission_field_names
+        return [f for f in self.fields if f.is_retrievable and (elevated or f.name not in hidden)]
+
     def filter_schema(self) -> dict[str, frozenset[FieldKind]]:
         """The fields a filter may name (filterable, not permission fields), with their kinds.
 

@@ -12,7 +12,12 @@
 
 A document's text is its searchable fields (the semantic configuration's title field as the
 title, the other searchable fields as the content); its filterable fields are stored once
-with the document (not with each chunk) and are what OData filters read.
+with the document (not with each chunk) and are what OData filters read. Every searchable
+field is searched, a hidden one too (not retrievable, or a permission field: as in Azure);
+what a caller reads back is its readable fields only
+(:meth:`~agentic_retrieval.kb.definitions.IndexDefinition.readable_fields`): ``docs/search``
+and lookups select among them, and a retrieve's passages, titles and ``sourceData`` are
+built from them by :meth:`IndexDocuments.view`.
 
 Permissions: the fields an index marks ``permissionFilter: userIds`` / ``groupIds`` hold the
 ids allowed to see a document (``["all"]``: everyone; missing or empty: nobody, as in
@@ -42,6 +47,7 @@ from agentic_retrieval.odata import (
 from agentic_retrieval.permissions import Access, Permissions, permission_field_filter_message
 from agentic_retrieval.sources.local.documents import DocumentStore
 from agentic_retrieval.sources.local.loaders import Section
+from agentic_retrieval.sources.local.passages import DocumentView, field_text
 
 MAX_BATCH_ACTIONS = 1000
 """Most actions in one ``docs/index`` request (Azure's limit)."""
@@ -197,7 +203,7 @@ class IndexDocuments:
     def _put(self, key: str, document: dict[str, Any]) -> None:
         title = document.get(self._title) if self._title else None
         texts = [
-            _as_text(document.get(spec.name))
+            field_text(document.get(spec.name))
             for spec in self.index.fields
             if spec.is_searchable and spec.name != self._title
         ]
@@ -311,12 +317,31 @@ class IndexDocuments:
             }
         return body
 
+    def view(self, source_data_fields: Sequence[str] | None = None) -> DocumentView:
+        """What a retrieve returns of these documents: readable fields only, for any caller.
+
+        Args:
+            source_data_fields: The ``sourceData`` fields a knowledge source chose (those a
+                caller may not read are left out); ``None``: every readable field but vectors.
+        """
+        readable = {f.name for f in self.index.readable_fields()}
+        title = self._title if self._title in readable else None
+        if source_data_fields is None:
+            chosen = [f.name for f in self.index.readable_fields() if not f.is_vector]
+        else:
+            chosen = [name for name in source_data_fields if name in readable]
+        searchable = [f.name for f in self.index.fields if f.is_searchable]
+        return DocumentView(
+            title_field=title,
+            text_fields=tuple(n for n in searchable if n in readable and n != self._title),
+            source_data_fields=tuple(chosen),
+            chunks_may_hide=any(name not in readable for name in searchable),
+            chunk_size=self.documents.chunk_size,
+            overlap=self.documents.overlap,
+        )
+
     def _selected(self, select: Sequence[str] | None, access: Access) -> list[str]:
-        readable = [
-            f.name
-            for f in self.index.fields
-            if f.is_retrievable and (access.elevated or f.name not in self._hidden)
-        ]
+        readable = [f.name for f in self.index.readable_fields(elevated=access.elevated)]
         if not select or list(select) == ["*"]:
             return readable
         for name in select:
@@ -377,14 +402,6 @@ def _vector_values(spec: IndexField, values: Sequence[float], where: str) -> lis
 
 def _project(document: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     return {name: document.get(name) for name in names}
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "\n".join(item for item in value if isinstance(item, str))
-    return ""
 
 
 def _coerce(spec: IndexField, value: Any, where: str) -> Any:

@@ -94,24 +94,18 @@ class SearchIndexKind(HostedKind):
         if params is None or documents is None:
             return None
         index = documents.index
-        hidden = index.permission_field_names
-        chosen = [f.name for f in params.source_data_fields or [] if f.name not in hidden]
+        chosen = [f.name for f in params.source_data_fields or []]
         return DocumentKnowledgeSource(
             definition.name,
             documents.documents,
             kind="searchIndex",
             description=definition.description or index.description or "",
             base_filter=params.base_filter,
-            source_data_fields=chosen or None,
-            retrievable_fields=[
-                f.name
-                for f in index.fields
-                if f.is_retrievable and not f.is_vector and not f.permission_filter
-            ],
+            view=documents.view(chosen or None),
             filterable_fields=list(index.filter_schema()),
             index_name=index.name,
             filter_schema=index.filter_schema(),
-            permission_fields=hidden,
+            permission_fields=index.permission_field_names,
         )
 
     def documents(

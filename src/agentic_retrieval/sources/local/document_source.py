@@ -1,8 +1,10 @@
 """A knowledge source over a :class:`DocumentStore`: an index's documents or a file source.
 
 - ``kind="searchIndex"``: the documents of an index of the knowledge service. A hit is a
-  document (its best chunk's text), keyed by the document key; its metadata (``sourceData``)
-  are the document's ``sourceDataFields`` (default: every retrievable field but vectors).
+  document, keyed by the document key; its passage, title and metadata (``sourceData``) are
+  built by a :class:`~agentic_retrieval.sources.local.passages.DocumentView` from the fields
+  a caller may read (its best chunk's text, when that is readable text), never from a field
+  that is not retrievable or a permission field, though the search finds documents by them.
 - ``kind="file"``: the chunks of the files uploaded to a ``file`` knowledge source. A hit is
   one chunk (several passages of one long file may rank), keyed ``<fileName>#<n>`` (file
   names are unique within a source; the ``fileId`` is the management API's handle), with the
@@ -12,7 +14,6 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from agentic_retrieval.errors import (
     FilterNotSupportedError,
@@ -34,6 +35,7 @@ from agentic_retrieval.odata import (
 from agentic_retrieval.permissions import Access, permission_field_filter_message
 from agentic_retrieval.sources.base import Hit, SearchQuery, index_document_url
 from agentic_retrieval.sources.local.documents import CHUNK_SEPARATOR, DocumentHit, DocumentStore
+from agentic_retrieval.sources.local.passages import DocumentView
 from agentic_retrieval.sources.local.query_threads import run_query
 from agentic_retrieval.sources.local.store import StoredHit
 
@@ -52,9 +54,8 @@ class DocumentKnowledgeSource:
         kind: ``searchIndex`` (results per document) or ``file`` (results per chunk).
         description: What the source holds (the planner reads it).
         base_filter: An OData filter ANDed onto every query (``baseFilter``).
-        source_data_fields: Document fields returned as metadata (``searchIndex`` only;
-            ``None``: every field in ``retrievable_fields``).
-        retrievable_fields: The document fields a client may read.
+        view: What a hit returns of its document: passage, title, ``sourceData``
+            (``searchIndex``, which needs it).
         filterable_fields: Fields usable in filters (shown to the planner).
         index_name: The index a ``searchIndex`` source reads (its references' citationUrl
             points at the index document on the serving endpoint).
@@ -73,8 +74,7 @@ class DocumentKnowledgeSource:
         kind: str,
         description: str = "",
         base_filter: str | None = None,
-        source_data_fields: Sequence[str] | None = None,
-        retrievable_fields: Sequence[str] = (),
+        view: DocumentView | None = None,
         filterable_fields: Sequence[str] = (),
         index_name: str | None = None,
         filter_schema: FieldSchema | None = None,
@@ -86,7 +86,9 @@ class DocumentKnowledgeSource:
         self.description = description
         self.documents = documents
         self.base_filter = base_filter
-        self._source_fields = list(source_data_fields or retrievable_fields)
+        if kind == "searchIndex" and view is None:
+            raise ValueError("a searchIndex source needs the view of its index's documents")
+        self.view = view
         self._filterable = list(filterable_fields)
         self._schema = dict(filter_schema or dict.fromkeys(self._filterable, ANY_KIND))
         self._permission_fields = frozenset(permission_fields)
@@ -114,9 +116,8 @@ class DocumentKnowledgeSource:
         """The index document's URL on ``endpoint`` (``searchIndex`` sources served over REST)."""
         if self.kind != "searchIndex" or self.index_name is None or endpoint is None:
             return None
-        return index_document_url(
-            endpoint, self.index_name, hit.doc_key, api_version, self._source_fields
-        )
+        select = self.view.source_data_fields if self.view else ()
+        return index_document_url(endpoint, self.index_name, hit.doc_key, api_version, select)
 
     trims_by_permission = True
     """Searches apply document permissions inside the store's SQL (before ranking and top)."""
@@ -173,22 +174,24 @@ class DocumentKnowledgeSource:
 
     def _to_hit(self, hit: DocumentHit) -> Hit:
         chunk = hit.chunk
-        if self.kind == "searchIndex":
-            key, metadata = hit.key, self._source_data(hit.key)
-        else:
-            key, metadata = _file_chunk_key(chunk), dict(chunk.metadata)
+        if self.view is not None:
+            document = self.documents.get(hit.key) or {}
+            return Hit(
+                doc_key=hit.key,
+                content=self.view.passage(document, chunk.content),
+                title=self.view.title(document),
+                source=self.name,
+                score=hit.score,
+                metadata=self.view.source_data(document),
+            )
         return Hit(
-            doc_key=key,
+            doc_key=_file_chunk_key(chunk),
             content=chunk.content,
             title=chunk.title or None,
             source=self.name,
             score=hit.score,
-            metadata=metadata,
+            metadata=dict(chunk.metadata),
         )
-
-    def _source_data(self, key: str) -> dict[str, Any]:
-        document = self.documents.get(key) or {}
-        return {name: document[name] for name in self._source_fields if name in document}
 
 
 def _file_chunk_key(chunk: StoredHit) -> str:
