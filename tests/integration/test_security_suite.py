@@ -18,6 +18,12 @@ documents indexed without permissions (hidden, since enforcement is on).
   (206, nothing returned) or returns only documents the identity may see; the permission
   predicate is built with bound parameters, so no identity or filter text ever appears in
   its SQL.
+- Hidden fields (``serve --data``): an index's ``retrievable: false`` fields (one of them the
+  semantic title, one hidden after its documents were written) and its permission fields
+  (other users' ids, group names) never reach a caller who may read the document, through
+  REST retrieve (JSON, event stream, answer synthesis, ``sourceData``, ``citationUrl``),
+  ``/v1/chat/completions``, MCP, ``as_tool`` and the retriever, nor the answer model; a search
+  by their words still finds the document.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from tests.server_harness import running_server
 from agentic_retrieval import KnowledgeBase
 from agentic_retrieval.permissions import Access, Identity
 from agentic_retrieval.server import ServerSettings, create_app
+from agentic_retrieval.server.openai_chat import EXTENSION
 from agentic_retrieval.server.tokens import HEADER, MAX_TOKEN_BYTES, TokenSettings
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 from agentic_retrieval.testing import ScriptedChatModel
@@ -394,3 +401,301 @@ def test_the_permission_predicate_binds_every_id_as_a_parameter(served):
     assert "u:x') OR 1=1 --" in params and "g:acme' OR 'a'='a" in params
     hits = source.store.search("vacation", top=100, access=Access(sly, enforce=True))
     assert {h.id.partition("#")[0] for h in hits} == {"public-vacation"}
+
+
+# --- hidden fields ------------------------------------------------------------------------------
+# A service index (``serve --data``) whose documents hold fields a caller may not read: a
+# searchable ``retrievable: false`` field, a hidden semantic title field, a field made
+# non-retrievable after the documents were written, and permission fields naming other
+# users and groups. Whoever may read a document gets its readable fields, and nothing else,
+# from every route; a search by a hidden field's words still finds the document.
+
+ADMIN_KEY = "suite-admin-key"
+FORBIDDEN = re.compile(r"MARK-[a-z0-9-]+|u-bob-private|layoffs-taskforce")
+"""What no response may hold: the hidden fields' markers, other users' ids and group names."""
+ALICE = Identity(user_id="alice", groups=("acme",))
+LONG_BODY = " ".join(
+    f"Section {n}: the vacation carry-over rules say that unused days move to the next year."
+    for n in range(60)
+)
+MEMOS_INDEX = {
+    "name": "memos",
+    "fields": [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "title", "type": "Edm.String"},
+        {"name": "body", "type": "Edm.String"},
+        {"name": "notes", "type": "Edm.String", "retrievable": False},
+        {"name": "draft", "type": "Edm.String"},
+        {"name": "readers", "type": "Collection(Edm.String)", "permissionFilter": "userIds"},
+        {"name": "teams", "type": "Collection(Edm.String)", "permissionFilter": "groupIds"},
+    ],
+    "semantic": {
+        "configurations": [
+            {"name": "memos", "prioritizedFields": {"titleField": {"fieldName": "title"}}}
+        ]
+    },
+}
+PROJECTS_INDEX = {
+    "name": "projects",
+    "fields": [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "codename", "type": "Edm.String", "retrievable": False},
+        {"name": "summary", "type": "Edm.String"},
+        {"name": "owners", "type": "Collection(Edm.String)", "permissionFilter": "userIds"},
+    ],
+    "semantic": {
+        "configurations": [
+            {"name": "projects", "prioritizedFields": {"titleField": {"fieldName": "codename"}}}
+        ]
+    },
+}
+MEMOS = [
+    {
+        "id": "memo-short",
+        "title": "Vacation memo",
+        "body": "Vacation policy: 30 days per year.",
+        "notes": "Zebra review pending, MARK-notes-short.",
+        "draft": "Draft wording MARK-draft-short.",
+        "readers": ["alice", "u-bob-private"],
+        "teams": ["layoffs-taskforce"],
+    },
+    {
+        "id": "memo-long",
+        "title": "Vacation carry-over",
+        "body": LONG_BODY,
+        "notes": "Quokka audit notes MARK-notes-long.",
+        "readers": ["alice"],
+        "teams": ["layoffs-taskforce", "acme"],
+    },
+]
+PROJECTS = [
+    {
+        "id": "proj-1",
+        "codename": "Operation nightjar MARK-codename-1",
+        "summary": "Vacation planning for all staff in the spring.",
+        "owners": ["alice", "u-bob-private"],
+    }
+]
+ANSWER = "Staff get 31 days of vacation [ref_id:0]."
+
+
+@pytest.fixture(scope="module")
+def hidden(tmp_path_factory):
+    """A real server over a data directory holding the two indexes, and its model stand-in."""
+    from tests.integration.openai_standin import OpenAIStandIn
+
+    from agentic_retrieval.kb.service import ServiceDirectory
+    from agentic_retrieval.llm.chat_models import _init_model
+
+    plan = {"needs_retrieval": True, "assistant_message": "", "queries": []}
+    plan["queries"] = [{"query": "vacation", "goal": "", "knowledge_sources": [], "filter": ""}]
+    script = {"QueryPlan": [plan] * 50, "SynthesizedAnswer": [{"answer": ANSWER}] * 50}
+    service = ServiceDirectory(tmp_path_factory.mktemp("hidden") / "data")
+    settings = ServerSettings(
+        api_keys=[ADMIN_KEY],
+        query_keys=[KEY],
+        read_env_keys=False,
+        tokens=TokenSettings(issuer=ISSUER, audience=AUDIENCE, secret=JWT_SECRET),
+    )
+    with OpenAIStandIn(script) as model, pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_API_KEY", "sk-test")
+        env.setenv("OPENAI_BASE_URL", model.base_url)
+        env.setenv("AGENTIC_RETRIEVAL_CHAT_MODEL", "openai:gpt-4.1-mini")
+        _init_model.cache_clear()
+        with running_server(create_app(service=service, settings=settings)) as url:
+            _fill(url)
+            yield url, service, model
+        _init_model.cache_clear()
+
+
+def _fill(url: str) -> None:
+    admin = httpx.Client(base_url=url, headers={"api-key": ADMIN_KEY}, params={"api-version": GA})
+    for index, docs in ((MEMOS_INDEX, MEMOS), (PROJECTS_INDEX, PROJECTS)):
+        name = index["name"]
+        assert admin.put(f"/indexes('{name}')", json=index).status_code == 201
+        batch = {"value": [{"@search.action": "upload", **doc} for doc in docs]}
+        answer = admin.post(f"/indexes('{name}')/docs/search.index", json=batch)
+        assert answer.status_code == 200, answer.text
+    # a merge: the new hidden note and the new body are what the document holds now
+    merge = {"@search.action": "merge", "id": "memo-short", "notes": "Zebra MARK-notes-merged."}
+    merge["body"] = "Vacation policy: 31 days per year."
+    answer = admin.post("/indexes('memos')/docs/search.index", json={"value": [merge]})
+    assert answer.status_code == 200, answer.text
+    # a field made non-retrievable after its documents were written (Azure allows it)
+    fields = [
+        {**f, "retrievable": False} if f["name"] == "draft" else f for f in MEMOS_INDEX["fields"]
+    ]
+    assert admin.put("/indexes('memos')", json={**MEMOS_INDEX, "fields": fields}).is_success
+    chosen = ["title", "body", "notes", "draft", "readers"]  # asks for hidden fields too
+    sources = [
+        {
+            "name": "memos-ks",
+            "kind": "searchIndex",
+            "searchIndexParameters": {
+                "searchIndexName": "memos",
+                "sourceDataFields": [{"name": n} for n in chosen],
+            },
+        },
+        {
+            "name": "projects-ks",
+            "kind": "searchIndex",
+            "searchIndexParameters": {"searchIndexName": "projects"},
+        },
+    ]
+    for source in sources:
+        assert admin.put(f"/knowledgesources('{source['name']}')", json=source).is_success
+    base = {"name": "hr", "knowledgeSources": [{"name": "memos-ks"}, {"name": "projects-ks"}]}
+    assert admin.put("/knowledgebases('hr')", json=base).is_success
+
+
+def _with_source_data(body: dict) -> dict:
+    params = [
+        {"knowledgeSourceName": name, "kind": "searchIndex", "includeReferenceSourceData": True}
+        for name in ("memos-ks", "projects-ks")
+    ]
+    return {**body, "knowledgeSourceParams": params}
+
+
+def _minimal(search: str) -> dict:
+    return _with_source_data(
+        {"intents": [{"search": search}], "retrievalReasoningEffort": {"kind": "minimal"}}
+    )
+
+
+def _doc_keys(wire: dict) -> set[str]:
+    return {r["docKey"] for r in wire["references"]}
+
+
+ROUTE = f"/knowledgebases/hr/retrieve?api-version={GA}"
+
+
+async def _post(url: str, path: str, body: dict, **extra) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=url, headers=headers(ALICE), timeout=120) as http:
+        answer = await http.post(path, json=body, **extra)
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+async def test_retrieve_returns_readable_fields_only_in_text_and_source_data(hidden):
+    url, _, _ = hidden
+    found = await _post(url, ROUTE, _minimal("vacation"))
+    wire = found.json()
+    assert _doc_keys(wire) == {"memo-short", "memo-long", "proj-1"}
+    assert FORBIDDEN.findall(found.text) == []
+    data = {r["docKey"]: r["sourceData"] for r in wire["references"]}
+    # readable fields only (the chosen sourceDataFields less the hidden ones); the passage
+    # is the merged document's
+    assert set(data["memo-short"]) == {"title", "body", "docKey", "content"}
+    assert data["memo-short"]["content"] == "memo-short\n\nVacation policy: 31 days per year."
+    assert data["memo-short"]["title"] == "Vacation memo"
+    assert data["proj-1"]["title"] is None  # its title field is not retrievable
+    assert data["proj-1"]["content"] == "proj-1\n\nVacation planning for all staff in the spring."
+    urls = [r["citationUrl"] for r in wire["references"] if r["docKey"].startswith("memo")]
+    assert len(urls) == 2 and all("$select=title%2Cbody&" in u for u in urls)
+
+
+@pytest.mark.parametrize(
+    ("words", "key"),
+    [
+        ("zebra", "memo-short"),  # a searchable field that is not retrievable
+        ("nightjar", "proj-1"),  # a semantic title field that is not retrievable
+        ("quokka audit", "memo-long"),  # a long document's hidden note, past its first chunk
+        ("draft wording", "memo-short"),  # a field made non-retrievable after the upload
+    ],
+)
+async def test_hidden_words_find_their_document_without_returning_them(hidden, words, key):
+    url, _, _ = hidden
+    answer = await _post(url, ROUTE, _minimal(words))
+    references = answer.json()["references"]
+    assert key in {r["docKey"] for r in references}
+    assert FORBIDDEN.findall(answer.text) == []
+    (passage,) = [r["sourceData"]["content"] for r in references if r["docKey"] == key]
+    assert passage.strip()  # the readable text stands in for a chunk that held hidden text
+    if key == "memo-long":  # the window of the long body nearest the hidden note
+        assert "Section 59:" in passage and "Section 0:" not in passage
+
+
+async def test_the_event_stream_returns_no_hidden_field(hidden):
+    url, _, _ = hidden
+    streamed = await _post(
+        url, ROUTE, _minimal("zebra vacation"), headers={"accept": "text/event-stream"}
+    )
+    assert "response.completed" in streamed.text and "memo-short" in streamed.text
+    assert FORBIDDEN.findall(streamed.text) == []
+
+
+@pytest.mark.parametrize("effort", ["minimal", "low"])
+async def test_chat_completions_return_no_hidden_field(hidden, effort):
+    url, _, _ = hidden
+    chat = await _post(
+        url,
+        "/v1/chat/completions",
+        {
+            "model": "hr",
+            "messages": [{"role": "user", "content": "zebra vacation"}],
+            "reasoning_effort": effort,
+            # the references' sourceData too, in the extension field
+            EXTENSION: {"knowledgeSourceParams": _with_source_data({})["knowledgeSourceParams"]},
+        },
+    )
+    message = chat.json()["choices"][0]["message"]["content"]
+    assert ("31 days" in message) and (ANSWER == message) == (effort == "low")
+    references = chat.json()[EXTENSION]["references"]
+    assert "memo-short" in {r["docKey"] for r in references}
+    assert all("sourceData" in r for r in references)
+    assert FORBIDDEN.findall(chat.text) == []
+
+
+async def test_the_answer_model_is_never_shown_a_hidden_field(hidden):
+    url, _, model = hidden
+    before = len(model.requests)
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "zebra"}]}],
+        "retrievalReasoningEffort": {"kind": "low"},
+        "outputMode": "answerSynthesis",
+    }
+    answered = await _post(url, ROUTE, _with_source_data(body))
+    assert ANSWER in answered.text and FORBIDDEN.findall(answered.text) == []
+    prompts = json.dumps(model.requests[before:])
+    assert "Vacation policy: 31 days per year." in prompts  # the model read the passages
+    assert FORBIDDEN.findall(prompts) == []
+
+
+async def test_the_mcp_tool_returns_no_hidden_field(hidden):
+    pytest.importorskip("mcp")
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    url, _, _ = hidden
+    http = httpx2.AsyncClient(headers=headers(ALICE), timeout=httpx2.Timeout(30, read=60))
+    async with Client(
+        streamable_http_client(f"{url}/knowledgebases/hr/mcp", http_client=http)
+    ) as c:
+        result = await c.call_tool(
+            "knowledge_base_retrieve", {"query": "zebra vacation", "effort": "minimal"}
+        )
+    assert not result.is_error, result.content
+    text = json.dumps([block.model_dump() for block in result.content])
+    text += json.dumps(result.structured_content)
+    assert "memo-short" in text and "31 days" in text
+    assert FORBIDDEN.findall(text) == []
+
+
+def test_as_tool_and_the_retriever_return_no_hidden_field(hidden):
+    from agentic_retrieval.kb.catalog import ServiceCatalog
+
+    _, service, _ = hidden
+    kb = ServiceCatalog(service).knowledge_base("hr")
+    assert kb is not None
+    tool = kb.as_tool(effort="minimal", identity=ALICE)
+    message = tool.invoke(
+        {"type": "tool_call", "id": "1", "name": tool.name, "args": {"query": "zebra vacation"}}
+    )
+    shown = message.content + message.artifact.model_dump_json()
+    assert "31 days" in shown and FORBIDDEN.findall(shown) == []
+
+    documents = kb.as_retriever(identity=ALICE, k=10).invoke("zebra vacation")
+    assert {d.metadata["doc_key"] for d in documents} >= {"memo-short", "proj-1"}
+    dumped = json.dumps([[d.page_content, d.metadata] for d in documents], default=str)
+    assert FORBIDDEN.findall(dumped) == []
