@@ -143,3 +143,54 @@ def test_values_within_the_bounds_are_accepted(long_index):
         SearchParameters(search="tram", filter="tags/any(t: t eq 't2999')"), access=ELEVATED
     )
     assert [hit["id"] for hit in found["value"]] == ["edge"]
+
+
+HIDING = {
+    "name": "memos",
+    "fields": [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "title", "type": "Edm.String", "retrievable": False},
+        {"name": "body", "type": "Edm.String"},
+        {"name": "notes", "type": "Edm.String", "retrievable": False},
+        {"name": "vector", "type": "Collection(Edm.Single)", "dimensions": 2},
+        {"name": "readers", "type": "Collection(Edm.String)", "permissionFilter": "userIds"},
+    ],
+    "semantic": {
+        "configurations": [
+            {"name": "c", "prioritizedFields": {"titleField": {"fieldName": "title"}}}
+        ]
+    },
+}
+
+
+def hiding(tmp_path, definition=HIDING) -> IndexDocuments:
+    store = LocalStore(tmp_path / "memos.sqlite", create=True)
+    return IndexDocuments(parse_index(definition), DocumentStore(store, chunk_size=120, overlap=0))
+
+
+def test_a_view_names_the_readable_fields_only(tmp_path):
+    view = hiding(tmp_path).view(["title", "body", "notes", "readers", "vector"])
+    assert (view.title_field, view.text_fields) == (None, ("id", "body"))
+    assert view.source_data_fields == ("body", "vector")  # chosen and readable
+    assert view.chunks_may_hide
+    assert hiding(tmp_path).view().source_data_fields == ("id", "body")  # no vectors by default
+    plain = {**HIDING, "fields": [f for f in HIDING["fields"] if f.get("retrievable") is not False]}
+    plain["fields"] = [f for f in plain["fields"] if "permissionFilter" not in f]
+    assert not hiding(tmp_path, plain).view().chunks_may_hide
+
+
+def test_a_passage_is_its_chunk_only_when_the_chunk_is_readable_text(tmp_path):
+    view = hiding(tmp_path).view()
+    short = {"id": "m1", "body": "Vacation:  30 days.", "notes": "secret", "readers": ["bob"]}
+    assert view.passage(short, "m1\n\nVacation: 30 days.") == "m1\n\nVacation: 30 days."
+    mixed = "m1\n\nVacation: 30 days.\n\nsecret\n\nbob"
+    assert view.passage(short, mixed) == "m1\n\nVacation: 30 days."  # the readable text
+    long = {
+        "id": "m2",
+        "body": " ".join(f"Rule {n} says the tram stops at {n} stations." for n in range(9)),
+        "notes": "secret",
+    }
+    at_the_end = "Rule 8 says the tram stops at 8 stations.\n\nsecret"
+    # the window where the chunk's readable words are, not the document's start
+    assert view.passage(long, at_the_end) == "Rule 8 says the tram stops at 8 stations."
+    assert view.passage(long, "secret").startswith("m2\n\nRule 0 says")  # none: the start
