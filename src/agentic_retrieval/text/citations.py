@@ -16,6 +16,17 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _GONE = "\x00"
 
 
+def quote_markers(text: str) -> str:
+    """``text`` from a document with every would-be citation made plainly not one.
+
+    A passage shown beside the service's own ``[ref_id:N]`` markers could plant a fake one
+    (``[ref_id:999]``) that a reader or a client parsing the markers takes for a citation:
+    its square brackets become round ones (``(ref_id:999)``), so every bracketed marker in
+    the text is the service's.
+    """
+    return CITATION.sub(lambda m: "(" + m.group(0).strip("[]") + ")", text)
+
+
 def _ids(marker: str) -> list[int | None]:
     """Numbers in a marker: ints, or ``None`` for a number that is not a whole id."""
     values: list[int | None] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentic_retrieval.text.citations import quote_markers
 from agentic_retrieval.wire.models import RetrieveResponse
 
 
@@ -26,7 +27,9 @@ def passages_text(grounding: str) -> str:
     """The grounding string (a JSON array of ``{ref_id, title, content}``) as readable text.
 
     Each passage is ``[ref_id:N] title`` and its content, best first, separated by a blank
-    line. Text that is not such an array is returned as it is.
+    line; a marker inside a title or content is quoted (``(ref_id:N)``, see
+    :func:`~agentic_retrieval.text.citations.quote_markers`), so the only bracketed ones are
+    the service's. Text that is not such an array is returned as it is.
     """
     try:
         items: Any = json.loads(grounding)
@@ -36,6 +39,7 @@ def passages_text(grounding: str) -> str:
         return grounding
     blocks = []
     for item in items:
-        head = f"[ref_id:{item.get('ref_id')}] {item.get('title') or ''}".rstrip()
-        blocks.append(f"{head}\n{item.get('content') or ''}".rstrip())
+        title, content = (quote_markers(str(item.get(k) or "")) for k in ("title", "content"))
+        head = f"[ref_id:{item.get('ref_id')}] {title}".rstrip()
+        blocks.append(f"{head}\n{content}".rstrip())
     return "\n\n".join(blocks)
