@@ -29,7 +29,15 @@ With ``--fairness`` (issue 27), against a real ``serve --data`` process with que
    at full speed; the statuses, the time to the answer and the server process's peak memory
    growth (VmHWM).
 
-    .venv/bin/python benchmarks/bench_hostile.py [--sample] [--files] [--fairness]
+With ``--batches`` (issue 27), against a real ``serve --data`` process:
+
+8. heavy batches: one ``docs/index`` batch of 450 documents x 3,000 collection values
+   (15 MB), then the same documents in 5 batches; the answers, time, the server's peak memory
+   (VmHWM) and the store's size on disk over the bodies'; then three clients sending such 5
+   batches at once (retrying a 503 after its Retry-After) while ``/healthz`` (event-loop lag)
+   and a retrieve on that index are timed.
+
+    .venv/bin/python benchmarks/bench_hostile.py [--sample] [--files] [--fairness] [--batches]
 """
 
 from __future__ import annotations
@@ -496,16 +504,156 @@ async def _bodies_refused(port: int) -> tuple[dict[str, int], list[float]]:
     return statuses, [seconds for _, seconds in results]
 
 
+HEAVY_INDEX = {
+    "name": "heavy",
+    "fields": [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "content", "type": "Edm.String"},
+        {"name": "tags", "type": "Collection(Edm.String)"},
+    ],
+}
+HEAVY_DOCUMENTS = 450
+PARTS = 5
+"""The heavy batch's documents are also sent as 5 batches of 90 (270,000 values each)."""
+
+
+def heavy_batch(batch: int, documents: range = range(HEAVY_DOCUMENTS), values: int = 3000) -> bytes:
+    """A ``docs/index`` body of ``documents`` x ``values`` collection values (450: 15 MB)."""
+    docs = [
+        {
+            "@search.action": "upload",
+            "id": f"b{batch}d{n}",
+            "content": f"night tram timetable {n}",
+            "tags": [f"{n:03d}{v:04d}" for v in range(values)],
+        }
+        for n in documents
+    ]
+    return json.dumps({"value": docs}).encode()
+
+
+def split_batches(batch: int) -> list[bytes]:
+    size = HEAVY_DOCUMENTS // PARTS
+    return [heavy_batch(batch, range(p * size, (p + 1) * size)) for p in range(PARTS)]
+
+
+def _disk(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def heavy_batches() -> None:
+    import httpx as sync_http
+    from tests.integration.service_process import KEY as ADMIN
+    from tests.integration.service_process import VERSION, serve_process
+
+    with tempfile.TemporaryDirectory() as tmp, serve_process(Path(tmp) / "data") as (url, proc):
+        data = Path(tmp) / "data"
+        http = sync_http.Client(
+            base_url=url, headers={"api-key": ADMIN}, params=VERSION, timeout=900
+        )
+        http.put("/indexes('heavy')", json=HEAVY_INDEX).raise_for_status()
+        source = {"name": "hs", "kind": "searchIndex"}
+        source["searchIndexParameters"] = {"searchIndexName": "heavy"}
+        http.put("/knowledgesources('hs')", json=source).raise_for_status()
+        kb = {"name": "hkb", "knowledgeSources": [{"name": "hs"}]}
+        http.put("/knowledgebases('hkb')", json=kb).raise_for_status()
+        small = {"value": [{"@search.action": "upload", "id": "w", "content": "night tram"}]}
+        http.post("/indexes('heavy')/docs/index", json=small).raise_for_status()
+        print("\n6. heavy batches: 450 documents x 3,000 collection values each")
+        for label, bodies in (("one batch", [heavy_batch(0)]), ("5 batches", split_batches(9))):
+            before, baseline = _disk(data), _memory(proc.pid)
+            started = time.perf_counter()
+            statuses = [
+                http.post(
+                    "/indexes('heavy')/docs/index",
+                    content=body,
+                    headers={"content-type": "application/json"},
+                ).status_code
+                for body in bodies
+            ]
+            seconds = time.perf_counter() - started
+            stored = _disk(data) - before
+            size = sum(len(b) for b in bodies)
+            print(
+                f"   {label}: {size / 1e6:.1f} MB -> {statuses} in {seconds:.1f} s; "
+                f"RSS {baseline / 2**20:.0f} -> peak {_memory(proc.pid, 'VmHWM') / 2**20:.0f} "
+                f"MiB; stored {stored / 1e6:.1f} MB ({stored / size:.1f}x the body)"
+            )
+        lags, retrieves, statuses, seconds = asyncio.run(_during_batches(url, ADMIN, VERSION))
+        print(
+            f"   three clients at once, 5 batches each: {seconds:.1f} s, answers "
+            f"{dict(sorted(statuses.items()))} (503s retried after Retry-After)"
+        )
+        for label, times in (("/healthz (loop lag)", lags), ("retrieve", retrieves)):
+            print(
+                f"   {label:19} n={len(times):4}  p50 {statistics.median(times):7.1f} ms  "
+                f"p95 {percentile(times, 0.95):7.1f} ms  max {max(times):7.1f} ms"
+            )
+        http.close()
+
+
+async def _during_batches(url: str, key: str, version: dict):
+    headers = {"api-key": key, "content-type": "application/json"}
+    statuses: dict[int, int] = {}
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, params=version, timeout=900
+    ) as http:
+
+        async def client(batch: int) -> None:
+            for body in split_batches(batch):
+                while True:
+                    response = await http.post("/indexes('heavy')/docs/index", content=body)
+                    statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                    if response.status_code != 503:
+                        break
+                    await asyncio.sleep(float(response.headers.get("retry-after", "1")))
+
+        async def timed(path: str, body: dict | None) -> float:
+            started = time.perf_counter()
+            if body is None:
+                response = await http.get(path)
+            else:
+                response = await http.post(path, json=body)
+            # /healthz says 503 "starved" while the loop lags: its time is the measure
+            assert response.status_code < 300 or body is None, response.text[:200]
+            return (time.perf_counter() - started) * 1000
+
+        question = {
+            "intents": [{"type": "semantic", "search": "night tram"}],
+            "retrievalReasoningEffort": {"kind": "minimal"},
+        }
+        started = time.perf_counter()
+        clients = [asyncio.ensure_future(client(n)) for n in (1, 2, 3)]
+        lags: list[float] = []
+        retrieves: list[float] = []
+
+        async def probe_loop() -> None:
+            while not all(c.done() for c in clients):
+                lags.append(await timed("/healthz", None))
+                await asyncio.sleep(0.05)
+
+        async def retrieve_loop() -> None:
+            while not all(c.done() for c in clients):
+                retrieves.append(await timed("/knowledgebases('hkb')/retrieve", question))
+
+        await asyncio.gather(probe_loop(), retrieve_loop(), *clients)
+    return lags, retrieves, statuses, time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sample", action="store_true", help="the bundled sample corpus")
     parser.add_argument("--files", action="store_true", help="hostile files (serve --data)")
     parser.add_argument("--fairness", action="store_true", help="one key's share (serve --data)")
+    parser.add_argument("--batches", action="store_true", help="heavy docs/index batches")
     args = parser.parse_args()
     print(
         f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
         f"on {os.cpu_count()} CPUs"
     )
+    if args.batches:
+        heavy_batches()
+        print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     if args.fairness:
         fairness()
         print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

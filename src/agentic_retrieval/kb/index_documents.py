@@ -61,11 +61,25 @@ MAX_COLLECTION_ITEMS = 3_000
 the elements of a document's complex collections (``maxComplexObjectsInCollectionsPerDocument``)
 and bounds simple collections only by the 16 MB request; here every collection is bounded
 by the same 3,000, so a filter over a collection costs at most that per document."""
+MAX_BATCH_VALUES = 300_000
+"""Most collection values in one ``docs/index`` batch (all its documents' collections).
+
+Azure bounds a batch by its 16 MB and 1,000 actions only; here, every value of a searchable
+collection is also text, chunked, and every chunk of a document carries its filterable
+values in the lexical index, so a batch's cost grows with values x chunks: 450 documents of
+3,000 values (15 MB) took a minute of one core (issue 27). 300,000 values (100 such
+documents) is a few seconds of work; a bigger batch is a 413 that says to split it."""
+HEAVY_BATCH_VALUES = 30_000
+"""A batch with at least this many collection values is heavy: one process applies one
+heavy batch at a time (another meanwhile is a 503 with ``Retry-After``), so bulk loads take
+turns instead of sharing the cores that queries need."""
 DEFAULT_PAGE = 50
 """Results per page when a search does not set ``top`` (Azure's default)."""
 MAX_TOP = 1000
 MAX_SKIP = 100_000
 """Most search results ``skip`` may pass over (Azure's limit)."""
+_SURELY_A_TERM = MAX_FILTERABLE_BYTES // 4
+"""At most 4 UTF-8 bytes per character: a string this long is surely within the limit."""
 ACTIONS = ("upload", "merge", "mergeOrUpload", "delete")
 _KEY = re.compile(rf"[A-Za-z0-9_\-=]{{1,{MAX_KEY_CHARS}}}\Z")
 _INT32 = (-(2**31), 2**31 - 1)
@@ -144,7 +158,23 @@ class IndexDocuments:
                 f"value: {len(actions)} actions in one batch; at most {MAX_BATCH_ACTIONS} are "
                 "allowed (split the batch)"
             )
-        return [self._validate_action(n, action) for n, action in enumerate(actions)]
+        batch = [self._validate_action(n, action) for n, action in enumerate(actions)]
+        values = self.collection_values(batch)
+        if values > MAX_BATCH_VALUES:
+            raise TooLargeError(
+                f"value: {values} collection values in one batch; at most {MAX_BATCH_VALUES} "
+                "are allowed (split the batch into smaller ones)"
+            )
+        return batch
+
+    def collection_values(self, batch: Sequence[tuple[str, dict[str, Any]]]) -> int:
+        """How many collection values (vectors aside) a validated batch holds."""
+        collections = [
+            f.name
+            for f in self.index.fields
+            if f.type.startswith("Collection(") and not f.is_vector
+        ]
+        return sum(len(document.get(name) or ()) for _, document in batch for name in collections)
 
     def apply(self, batch: Sequence[tuple[str, dict[str, Any]]]) -> list[IndexingResult]:
         """Apply a validated batch in order, each document all-or-nothing, in one commit."""
@@ -425,11 +455,13 @@ def _coerce(spec: IndexField, value: Any, where: str) -> Any:
                 f"{MAX_COLLECTION_ITEMS} per document"
             )
         element = spec.type[len("Collection(") : -1]
-        items = [_coerce_simple(element, item, f"{where}[{n}]") for n, item in enumerate(value)]
-        if spec.is_filterable:
-            for n, item in enumerate(items):
+        valid = _VALIDATORS[element]
+        for n, item in enumerate(value):  # a message is built only for the value refused
+            if item is not None and not valid(item):
+                _coerce_simple(element, item, f"{where}[{n}]")
+            if spec.is_filterable and isinstance(item, str) and len(item) > _SURELY_A_TERM:
                 _check_term(item, f"{where}[{n}]")
-        return items
+        return list(value)
     coerced = _coerce_simple(spec.type, value, where)
     if spec.is_filterable:
         _check_term(coerced, where)
@@ -438,7 +470,7 @@ def _coerce(spec: IndexField, value: Any, where: str) -> Any:
 
 def _check_term(value: Any, where: str) -> None:
     """Refuse a filterable string longer than :data:`MAX_FILTERABLE_BYTES` (UTF-8)."""
-    if not isinstance(value, str) or len(value) <= MAX_FILTERABLE_BYTES // 4:
+    if not isinstance(value, str) or len(value) <= _SURELY_A_TERM:
         return  # at most 4 bytes per character: surely within the limit
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > MAX_FILTERABLE_BYTES:
@@ -451,20 +483,7 @@ def _check_term(value: Any, where: str) -> None:
 
 
 def _coerce_simple(edm_type: str, value: Any, where: str) -> Any:
-    validators: dict[str, Callable[[Any], bool]] = {
-        "Edm.String": lambda v: isinstance(v, str),
-        "Edm.Int32": lambda v: _is_int(v, _INT32),
-        "Edm.Int64": lambda v: _is_int(v, _INT64),
-        # (an integer beyond a double's range is no Edm.Double)
-        "Edm.Double": lambda v: (
-            (_is_number(v) and abs(v) <= sys.float_info.max) or v in ("NaN", "INF", "-INF")
-        ),
-        "Edm.Boolean": lambda v: isinstance(v, bool),
-        "Edm.DateTimeOffset": _is_datetime,
-        "Edm.GeographyPoint": _is_point,
-    }
-    valid = validators[edm_type]
-    if value is None or valid(value):
+    if value is None or _VALIDATORS[edm_type](value):
         return value
     raise InvalidRequestError(f"{where}: {value!r} is not a valid {edm_type} value")
 
@@ -503,3 +522,18 @@ def _is_datetime(value: Any) -> bool:
     except ValueError:
         return False
     return parsed.tzinfo is not None
+
+
+_VALIDATORS: dict[str, Callable[[Any], bool]] = {
+    "Edm.String": lambda v: isinstance(v, str),
+    "Edm.Int32": lambda v: _is_int(v, _INT32),
+    "Edm.Int64": lambda v: _is_int(v, _INT64),
+    # (an integer beyond a double's range is no Edm.Double)
+    "Edm.Double": lambda v: (
+        (_is_number(v) and abs(v) <= sys.float_info.max) or v in ("NaN", "INF", "-INF")
+    ),
+    "Edm.Boolean": lambda v: isinstance(v, bool),
+    "Edm.DateTimeOffset": _is_datetime,
+    "Edm.GeographyPoint": _is_point,
+}
+"""Whether a value is one of each simple type (built once: it is checked per value)."""

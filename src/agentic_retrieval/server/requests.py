@@ -6,6 +6,7 @@ response's links point at.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any
@@ -16,6 +17,8 @@ from agentic_retrieval.kb.definitions import MAX_KEY_CHARS, MAX_NAME_CHARS
 from agentic_retrieval.server.errors import ApiError
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
 
+_PARSE_ON_LOOP = 256 * 1024
+"""Bodies up to this size are parsed on the event loop (a few milliseconds at most)."""
 MAX_FILE_ID_CHARS = 128
 """Longest file id in a path (this service's ids are 36-character UUIDs)."""
 PATH_PARAMETERS = {
@@ -93,7 +96,12 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     if not raw.strip():
         raise ApiError(400, "body: the request body is empty; send a JSON object.")
     try:
-        payload = parse_json(raw)
+        # a 16 MiB body is a second of parsing: off the event loop, so other requests go on
+        payload = (
+            await asyncio.to_thread(parse_json, raw)
+            if len(raw) > _PARSE_ON_LOOP
+            else parse_json(raw)
+        )
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ApiError(400, f"body: malformed JSON ({reason}).", code="MalformedJson") from exc

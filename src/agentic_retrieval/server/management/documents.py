@@ -9,6 +9,7 @@ keys write. Reads with a query key see only the documents the caller's identity 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +23,12 @@ from agentic_retrieval.errors import (
     StoreUnavailableError,
 )
 from agentic_retrieval.kb.definitions import FLOAT32_MAX
-from agentic_retrieval.kb.index_documents import IndexDocuments, IndexingResult, SearchParameters
+from agentic_retrieval.kb.index_documents import (
+    HEAVY_BATCH_VALUES,
+    IndexDocuments,
+    IndexingResult,
+    SearchParameters,
+)
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.auth import QUERY_BODY, UPLOAD_BODY
 from agentic_retrieval.server.errors import ApiError
@@ -32,6 +38,7 @@ from agentic_retrieval.server.management.common import (
     check_request,
     in_query_thread,
     in_store_thread,
+    in_thread,
     not_found,
     read_access,
     store_is_gone,
@@ -63,10 +70,12 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
         check_request(request, management.keys, "admin")
         documents = _documents(management, name)
         body = await read_json_object(request)
-        batch = documents.validate_batch(body.get("value"))
-        results = await in_store_thread(
-            management, "index", name, _apply, management, name, documents, batch
-        )
+        # checking 1,000 documents' values is seconds of work: off the event loop
+        batch = await in_thread(documents.validate_batch, body.get("value"))
+        with _heavy_turn(documents.collection_values(batch)):
+            results = await in_store_thread(
+                management, "index", name, _apply, management, name, documents, batch
+            )
         status = 200 if all(r.succeeded for r in results) else 207
         return JSONResponse({"value": [r.to_wire() for r in results]}, status_code=status)
 
@@ -111,6 +120,36 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
     add_routes(app, "/indexes/{name}/docs/$count", count, ["GET"])
     add_routes(app, "/indexes/{name}/docs", search_get, ["GET"])
     add_routes(app, "/indexes/{name}/docs/{key}", lookup, ["GET"])
+
+
+_heavy_batches = threading.BoundedSemaphore(1)
+HEAVY_RETRY_SECONDS = 5
+
+
+@contextmanager
+def _heavy_turn(values: int) -> Iterator[None]:
+    """Apply a heavy batch (:data:`HEAVY_BATCH_VALUES`) only while no other one is applied.
+
+    Another meanwhile is a 503 with ``Retry-After``, as Azure answers an indexing load it
+    throttles (its SDKs retry it): heavy batches take turns in each process instead of
+    sharing the cores the queries need.
+    """
+    if values < HEAVY_BATCH_VALUES:
+        yield
+        return
+    if not _heavy_batches.acquire(blocking=False):
+        raise ApiError(
+            503,
+            f"value: this batch holds {values} collection values, and another batch of at "
+            f"least {HEAVY_BATCH_VALUES} is being applied; large batches are applied one at "
+            f"a time. Retry after {HEAVY_RETRY_SECONDS} seconds.",
+            code="ServiceUnavailable",
+            headers={"Retry-After": str(HEAVY_RETRY_SECONDS)},
+        )
+    try:
+        yield
+    finally:
+        _heavy_batches.release()
 
 
 def _documents(management: Management, name: str) -> IndexDocuments:
