@@ -312,6 +312,13 @@ class ConversionLimitError(LoaderError):
         self.limit = limit
 
 
+class ConversionInterruptedError(LoaderError):
+    """A conversion's process was killed from outside (the OOM killer, a signal), not by a limit.
+
+    Nothing is known against the file: the same upload may succeed (HTTP 503).
+    """
+
+
 class StoreError(LocalStoreError, RuntimeError):
     """The store file is unusable (wrong schema, mismatched vector dimension...)."""
 
@@ -436,6 +443,21 @@ class QuotaExceededError(ServiceError, ValueError):
 
 class TooLargeError(ServiceError, ValueError):
     """A document batch or an uploaded file is larger than the service accepts (HTTP 413)."""
+
+
+class ServiceUnavailableError(ServiceError):
+    """The service could not do it this time, through no fault of the request.
+
+    HTTP 503 with ``Retry-After``: the same request may succeed.
+
+    Args:
+        message: What failed.
+        retry_after: Seconds to wait before retrying.
+    """
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class UnsupportedFileError(ServiceError, ValueError):

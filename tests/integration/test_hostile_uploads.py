@@ -14,7 +14,11 @@ which is the point.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
+import os
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -255,3 +259,31 @@ def test_a_client_hanging_up_mid_conversion_kills_its_child(service):
     with httpx.Client(base_url=url, headers={"api-key": KEY}, params=VERSION) as http:
         listed = http.get("/knowledgesources('docs')/files").json()["value"]
     assert "abandoned.xlsx" not in [f["fileName"] for f in listed]
+
+
+def test_a_conversion_killed_from_outside_is_a_503_to_retry_not_a_413(service):
+    """The OOM killer (or an operator) killing a conversion says nothing against the file:
+    503 with Retry-After, and the same upload then succeeds (issue 27). It answered 413, the
+    answer of a file past a limit, which a client does not retry."""
+    _, process, http = service
+    data = dense_xlsx()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(upload, http, "dense.xlsx", data)
+        killed = None
+        deadline = time.monotonic() + 60
+        while killed is None and not answer.done() and time.monotonic() < deadline:
+            for child in conversion_children(process.pid):
+                # the process converting: the child's worker, or the child before it has one
+                converting = children_of(child) or [child]
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(converting[0], signal.SIGKILL)
+                    killed = converting[0]
+                break
+            time.sleep(0.02)
+        response = answer.result()
+    assert killed is not None, "the conversion ended before it could be killed"
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "5"
+    message = response.json()["error"]["message"]
+    assert "converting 'dense.xlsx' was interrupted" in message and "retry the upload" in message
+    assert upload(http, "dense.xlsx", data).status_code == 201

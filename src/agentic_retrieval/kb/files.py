@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentic_retrieval.errors import (
+    ConversionInterruptedError,
     ConversionLimitError,
     InvalidRequestError,
     LoaderError,
@@ -34,6 +35,7 @@ from agentic_retrieval.errors import (
     ResourceConflictError,
     ResourceNotFoundError,
     ServiceError,
+    ServiceUnavailableError,
     TooLargeError,
     UnreadableFileError,
     UnsupportedFileError,
@@ -324,9 +326,17 @@ def converted(file_name: str, document: LoadedDocument) -> LoadedDocument:
 
 
 def conversion_error(file_name: str, exc: LoaderError) -> ServiceError:
-    """What a failed conversion answers: 415 (missing extra), 413 (a limit) or 400."""
+    """What a failed conversion answers: 415, 413, 503 or 400.
+
+    415: a missing extra; 413: a limit; 503: the conversion was killed from outside (retry).
+    """
     if isinstance(exc, MissingConverterError):
         return UnsupportedFileError(str(exc))
+    if isinstance(exc, ConversionInterruptedError):
+        return ServiceUnavailableError(
+            f"converting '{file_name}' was interrupted: {exc}; nothing is known against the "
+            "file, retry the upload"
+        )
     if isinstance(exc, ConversionLimitError):
         return TooLargeError(
             f"'{file_name}' cannot be converted: {exc}; this service's operator can raise "

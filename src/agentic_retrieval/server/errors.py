@@ -31,6 +31,7 @@ from agentic_retrieval.errors import (
     QuotaExceededError,
     ResourceConflictError,
     ResourceNotFoundError,
+    ServiceUnavailableError,
     TooLargeError,
     UnknownKnowledgeSourceError,
     UnreadableFileError,
@@ -55,6 +56,7 @@ _CODES = {
     415: "UnsupportedMediaType",
     429: "TooManyRequests",
     500: "InternalServerError",
+    503: "ServiceUnavailable",
 }
 
 
@@ -157,6 +159,13 @@ def api_error_for(exc: BaseException) -> ApiError | None:
             code=detail["code"],
             target=detail["target"],
             details=detail["details"],
+        )
+    if isinstance(exc, ServiceUnavailableError):
+        return ApiError(
+            503,
+            str(exc),
+            code="ServiceUnavailable",
+            headers={"Retry-After": str(exc.retry_after)},
         )
     for kind, status, code in CLIENT_ERRORS:
         if isinstance(exc, kind):

@@ -3,6 +3,9 @@
 The server converts every upload here: a parser that loops, recurses or allocates without
 end (a zip bomb the checks did not catch, a PDF's compressed streams, a converter's bug)
 exhausts a child bounded in time and memory, which is killed, and the server answers 413.
+A conversion killed from outside (the OOM killer, a signal) is no fault of the file: it is a
+:class:`~agentic_retrieval.errors.ConversionInterruptedError` (503, retry), told apart by the
+child, which converts in a worker it forks and reports how that worker ended.
 
 Children are forked by a *zygote*: a helper process started once (``python -c``, so it never
 re-runs the caller's main script, as :mod:`multiprocessing`'s fork server would), which
@@ -41,7 +44,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agentic_retrieval.errors import ConversionLimitError, LoaderError, MissingConverterError
+from agentic_retrieval.errors import (
+    ConversionInterruptedError,
+    ConversionLimitError,
+    LoaderError,
+    MissingConverterError,
+)
 from agentic_retrieval.sources.local.chunking import SPLIT_GROWTH_LIMIT, SplitText, split_ahead
 from agentic_retrieval.sources.local.conversion_limits import MIB, ConversionLimits
 from agentic_retrieval.sources.local.loaders import LoadedDocument, Section, load_file
@@ -58,6 +66,16 @@ CHILD_NICENESS = 10
 _FRAME = struct.Struct("!Q")
 _PID = struct.Struct("!i")
 _HEADER_LIMIT = 64 * 1024
+_PR_SET_PDEATHSIG = 1
+_KILLED_FROM_OUTSIDE = {
+    signal.SIGKILL,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+}
+"""Signals no limit sends (the CPU limit's SIGKILL comes past ``seconds`` of CPU): the OOM
+killer's, an operator's."""
 
 
 def convert_in_child(
@@ -164,13 +182,37 @@ class ChildConversion:
                 "text_chars",
             ) from None
         except (ConnectionError, EOFError) as exc:  # the child is gone: nothing to kill
-            raise self._death() from exc
-        return _document(json.loads(answer), self.chunking)
+            raise self._death(None) from exc
+        payload = json.loads(answer)
+        if payload.get("error") == "died":
+            raise self._death(payload)
+        return _document(payload, self.chunking)
 
-    def _death(self) -> LoaderError:
-        """Why the child ended without answering."""
+    def _death(self, report: dict[str, Any] | None) -> LoaderError:
+        """Why the conversion ended without an answer.
+
+        Args:
+            report: How the worker ended (its ``signal`` and ``cpu`` seconds), from the
+                child that waited for it; ``None`` when the child itself is gone, which
+                nothing but a kill from outside does.
+        """
         if self._cancelled:
             return LoaderError("the conversion was cancelled")
+        signal_number = report.get("signal") if report is not None else signal.SIGKILL
+        cpu = float(report.get("cpu") or 0.0) if report is not None else 0.0
+        if signal_number == signal.SIGXCPU or cpu >= self.limits.seconds:
+            return ConversionLimitError(
+                f"converting it took more than {self.limits.seconds:g} s of CPU (limit "
+                f"seconds={self.limits.seconds:g})",
+                "seconds",
+            )
+        if signal_number in _KILLED_FROM_OUTSIDE:
+            name = signal.Signals(signal_number).name
+            return ConversionInterruptedError(
+                f"its conversion process was killed by {name} after {cpu:.1f} s of CPU, by "
+                "something other than this service's limits (the system's out-of-memory "
+                "killer, or an operator)"
+            )
         return ConversionLimitError(
             f"the converter died on it: it needed more than {self.limits.memory_mb} MiB "
             f"(limit memory_mb={self.limits.memory_mb}) or {self.limits.seconds:g} s of CPU "
@@ -272,23 +314,56 @@ def zygote_main(control_fd: int) -> None:
         if pid == 0:
             control.close()
             _child_main(fds[0])  # never returns
+        with contextlib.suppress(OSError):  # (the child does too: whichever runs first)
+            os.setpgid(pid, pid)
         os.close(fds[0])
         control.sendall(_PID.pack(pid))
 
 
 def _child_main(fd: int) -> None:
+    """A child: receive the file, convert it in a worker it forks, say how the worker died.
+
+    The worker converts under the limits; this process only waits for it, so when the worker
+    ends without answering, the caller learns how (its signal, exit code and CPU time) and
+    tells a limit (its CPU time, a crash at its memory ceiling) from a kill from outside (the
+    OOM killer, a signal), which is no fault of the file.
+    """
     code = 0
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's auto-reaping is its own
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # the caller kills the group: this process and its worker
     try:
         with socket.socket(fileno=fd) as channel:
             header = json.loads(_receive_frame(channel, _HEADER_LIMIT, None))
-            limits = ConversionLimits(**header["limits"])
             data = _receive_frame(channel, 1 << 40, None)
-            _bound_resources(limits)
-            chunking = header.get("chunking")
-            payload = _convert(header["file_name"], data, limits, chunking and tuple(chunking))
-            _send_frame(channel, json.dumps(payload, ensure_ascii=False).encode())
-    except BaseException:  # the caller gets no answer and says the converter died
+            worker = os.fork()
+            if worker == 0:
+                _worker_main(channel, header, data)  # never returns
+            del data
+            _, status, usage = os.wait4(worker, 0)
+            if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+                report = {
+                    "error": "died",
+                    "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                    "cpu": usage.ru_utime + usage.ru_stime,
+                }
+                _send_frame(channel, json.dumps(report).encode())
+    except BaseException:  # the caller gets no answer and says the conversion was killed
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _worker_main(channel: socket.socket, header: dict[str, Any], data: bytes) -> None:
+    code = 0
+    try:
+        _die_with_parent()
+        limits = ConversionLimits(**header["limits"])
+        _bound_resources(limits)
+        chunking = header.get("chunking")
+        payload = _convert(header["file_name"], data, limits, chunking and tuple(chunking))
+        _send_frame(channel, json.dumps(payload, ensure_ascii=False).encode())
+    except BaseException:  # no answer: the child reports how this process ended
         code = 1
     finally:
         os._exit(code)
@@ -326,6 +401,17 @@ def _convert(
         split = split_ahead(section.text, *chunking) if chunking else None
         sections.append([section.text, section.page, split and split.chunks])
     return {"title": document.title, "sections": sections}
+
+
+def _die_with_parent() -> None:
+    """End this worker when its child dies (Linux): no conversion outlives its reporter."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the request was made
+        os._exit(1)
 
 
 def _bound_resources(limits: ConversionLimits) -> None:
@@ -384,8 +470,12 @@ def _split(chunking: tuple[int, int] | None, chunks: list[str] | None) -> SplitT
 
 
 def _kill(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
+    """Kill a child and its worker (its process group; the child itself before it has one)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _send_frame(channel: socket.socket, data: bytes) -> None:
