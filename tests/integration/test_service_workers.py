@@ -8,6 +8,8 @@ lets exactly one of several racing creators win.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
+import time
 
 import httpx
 import pytest
@@ -111,3 +113,51 @@ def test_a_dead_worker_is_replaced(tmp_path):
             time.sleep(0.1)
         assert len(current) == 2 and workers[0] not in current
         assert {http.get("/indexes").status_code for _ in range(10)} == {200}
+
+
+def test_delete_and_recreate_churn_leaves_no_orphan_lexical_directory(tmp_path):
+    """A worker writing an index's lexical directory while the other deletes the index
+    re-created the directory after the deletion removed it: an orphan ``*.lexical/`` beside
+    no store (issue 27). Now the writer removes what it wrote once the store file is gone."""
+    data = tmp_path / "data"
+    index = {
+        "name": "churn",
+        "fields": [
+            {"name": "id", "type": "Edm.String", "key": True},
+            {"name": "content", "type": "Edm.String"},
+        ],
+    }
+    docs = {"value": [{"id": f"d{n}", "content": f"ferry {n} leaves at dawn"} for n in range(50)]}
+    with serve_process(data, workers=2) as (url, _):
+        stop = time.monotonic() + 60
+
+        def churn() -> int:
+            cycles = 0
+            with fresh(url) as http:
+                while cycles < 40 and time.monotonic() < stop:
+                    http.delete("/indexes('churn')")
+                    http.put("/indexes('churn')", json=index)
+                    cycles += 1
+            return cycles
+
+        def write() -> int:
+            writes = 0
+            with fresh(url) as http:
+                while not done.is_set() and time.monotonic() < stop:
+                    http.post("/indexes('churn')/docs/index", json=docs)
+                    http.post("/indexes('churn')/docs/search", json={"search": "ferry"})
+                    writes += 1
+            return writes
+
+        done = threading.Event()
+        with fresh(url) as http:
+            assert http.put("/indexes('churn')", json=index).status_code == 201
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            writers = [pool.submit(write) for _ in range(2)]
+            cycles = pool.submit(churn).result()
+            done.set()
+            assert cycles > 5 and all(w.result() > 0 for w in writers)
+        time.sleep(1.0)  # let the workers finish what they were writing
+        stores = data / "stores"
+        orphans = [p.name for p in stores.glob("*.lexical") if not p.with_suffix("").exists()]
+        assert orphans == [], f"{len(orphans)} orphan lexical directories after {cycles} cycles"

@@ -305,8 +305,22 @@ class LexicalIndex:
                 yield True
             finally:
                 self._file_lock.release()
+                self._remove_if_deleted()
         finally:
             self._write_lock.release()
+
+    def _remove_if_deleted(self) -> None:
+        """Remove the directory once its store file is gone (deleted while this wrote).
+
+        The check before writing cannot close the race alone: another process may delete the
+        store (its file, then this directory) between that check and the writes, which then
+        re-create the directory for a store that no longer exists (an orphan, seen with
+        ``serve --workers 2`` under delete/re-create churn). The deleter removes the file
+        before the directory, so a writer that finds the file gone after writing removes
+        what it wrote; one that finds it still there wrote before the deleter's removal.
+        """
+        if not self._store_path.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def ensure(self, conn: sqlite3.Connection, *, rebuild: bool = False) -> None:
         """Make the index usable: rebuild it if missing, damaged or outdated; apply the outbox.
