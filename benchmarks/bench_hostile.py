@@ -558,7 +558,7 @@ def heavy_batches() -> None:
         http.put("/knowledgebases('hkb')", json=kb).raise_for_status()
         small = {"value": [{"@search.action": "upload", "id": "w", "content": "night tram"}]}
         http.post("/indexes('heavy')/docs/index", json=small).raise_for_status()
-        print("\n6. heavy batches: 450 documents x 3,000 collection values each")
+        print("\n8. heavy batches: 450 documents x 3,000 collection values each")
         for label, bodies in (("one batch", [heavy_batch(0)]), ("5 batches", split_batches(9))):
             before, baseline = _disk(data), _memory(proc.pid)
             started = time.perf_counter()
