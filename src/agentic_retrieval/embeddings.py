@@ -42,7 +42,8 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable
-from contextlib import nullcontext
+from concurrent.futures import Future
+from contextlib import nullcontext, suppress
 from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
@@ -127,12 +128,22 @@ class LocalEmbeddings(Embeddings):
             # record what really runs
             logger.info("this CPU has no native bfloat16: the local model runs in fp32")
             self.precision = "fp32"
-        self._graph = _graph_encoder(self.precision) if self.runtime == "openvino" else None
-        self.model: Any = _load_model(device) if self._graph is None else None
+        # the OpenVINO graph loads on a thread (a missing package is said here, at once), so a
+        # cold command line builds its graph and opens its indexes meanwhile
+        self._loading = _graph_loading(self.precision) if self.runtime == "openvino" else None
+        self.model: Any = _load_model(device) if self._loading is None else None
         """The sentence-transformers model (the torch runtime), else ``None``."""
-        # torch modules and OpenVINO infer requests are not re-entrant; the graph may embed
-        # from several threads
-        self._lock = threading.Lock() if self._graph is None else self._graph.lock
+        # torch modules are not re-entrant; the graph may embed from several threads
+        self._lock = threading.Lock()
+
+    def ready(self) -> None:
+        """Wait until the model is loaded.
+
+        Raises:
+            LocalEmbeddingsUnavailableError: The model's files cannot be read.
+        """
+        if self._loading is not None:
+            self._loading.result()
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed passages (normalised vectors)."""
@@ -145,8 +156,9 @@ class LocalEmbeddings(Embeddings):
         return self._encode([text])[0]
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        if self._graph is not None:
-            rows: list[list[float]] = self._graph.encode(texts, self.batch_size).tolist()
+        if self._loading is not None:
+            graph = self._loading.result()
+            rows: list[list[float]] = graph.encode(texts, self.batch_size).tolist()
             return rows
         import torch
 
@@ -247,6 +259,9 @@ def bf16_supported() -> bool:
     """
     from importlib.util import find_spec
 
+    flags = _linux_cpu_flags()
+    if flags is not None:  # what OpenVINO checks, read without importing it (fast)
+        return bool(flags & {"avx512_bf16", "amx_bf16"})
     if find_spec("openvino") is not None:
         return "BF16" in _cpu_capabilities()
     import torch
@@ -255,6 +270,19 @@ def bf16_supported() -> bool:
     # a torch without them counts as "no native bf16", the safe side
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+@lru_cache(maxsize=1)
+def _linux_cpu_flags() -> frozenset[str] | None:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (``None`` where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        return None
+    return None
 
 
 @lru_cache(maxsize=1)
@@ -505,6 +533,7 @@ class GraphEncoder:
             _build(folder, path, int8=precision == "int8")
             compiled = _openvino_core().compile_model(str(path), "CPU", config)
         self._request = compiled.create_infer_request()
+        self.encode(["warm up"], 1)  # the first inference allocates: not a caller's query
         del ov
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
@@ -523,10 +552,40 @@ class GraphEncoder:
         return np.vstack(rows) if rows else np.zeros((0, LOCAL_DIMENSION), dtype=np.float32)
 
 
+def wait_for_local_models() -> None:
+    """Wait until every bundled model this process started loading is loaded.
+
+    A server calls it before it says it is ready. A model that failed to load is left
+    for its first query to report (that source then answers with its error).
+    """
+    for precision in PRECISIONS:
+        if precision != "auto" and (precision,) in _loads_started:
+            with suppress(Exception):
+                _graph_loading(precision).result()
+
+
+_loads_started: set[tuple[str]] = set()
+
+
 @lru_cache(maxsize=4)
-def _graph_encoder(precision: Precision) -> GraphEncoder:
-    """The bundled model's encoder in ``precision``, loaded once per process."""
-    return GraphEncoder(bundled_model_dir(), precision)
+def _graph_loading(precision: Precision) -> Future[GraphEncoder]:
+    """The bundled model's encoder in ``precision``, loading once per process on a thread.
+
+    Raises:
+        LocalEmbeddingsUnavailableError: The model's package is not installed (at once).
+    """
+    folder = bundled_model_dir()
+    loading: Future[GraphEncoder] = Future()
+    _loads_started.add((precision,))
+
+    def load() -> None:
+        try:
+            loading.set_result(GraphEncoder(folder, precision))
+        except BaseException as exc:  # handed to whoever waits for the model
+            loading.set_exception(exc)
+
+    threading.Thread(target=load, name="local-embeddings-load", daemon=True).start()
+    return loading
 
 
 @lru_cache(maxsize=1)

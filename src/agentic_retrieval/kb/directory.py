@@ -255,6 +255,17 @@ class KnowledgeBaseDirectory:
         """The manifest's source entries."""
         return list(self._require_loaded()._entries.values())
 
+    def embedding_model(self) -> str | None:
+        """The knowledge base's embedding model: its sources' (the first with vectors).
+
+        A source added later follows it (``index`` without ``--embeddings``), so one
+        knowledge base is searched with one model.
+        """
+        for entry in self.sources:
+            if entry.embeddings:
+                return entry.embedding_model or LOCAL
+        return None
+
     def add_or_update_source(
         self,
         name: str,

@@ -26,6 +26,7 @@ from agentic_retrieval.cli.options import (
     update_kb_settings,
 )
 from agentic_retrieval.cli.render import err, index_progress, out
+from agentic_retrieval.embeddings import LOCAL
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.sources.local import IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
@@ -67,13 +68,17 @@ def index(
         str | None,
         typer.Option(
             "--embeddings",
-            help="Index vectors for hybrid search with this model: 'local' (bundled "
-            "all-MiniLM-L6-v2, needs the 'local' extra) or 'provider:model' (LangChain "
-            "init_embeddings, e.g. openai:text-embedding-3-small).",
+            help="Index vectors for hybrid search with this model: 'local' (the bundled "
+            "all-MiniLM-L6-v2, the default for a new source; a source added later follows "
+            "the knowledge base's model) or 'provider:model' (LangChain init_embeddings, "
+            "e.g. openai:text-embedding-3-small).",
         ),
     ] = None,
     no_embeddings: Annotated[
-        bool, typer.Option("--no-embeddings", help="Index without vectors (lexical only).")
+        bool,
+        typer.Option(
+            "--no-embeddings", help="Index without vectors (lexical only; no model is loaded)."
+        ),
     ] = False,
     meta: Annotated[
         list[str] | None,
@@ -152,12 +157,17 @@ def index(
         raise UserError("give files or folders to index, or --records FILE")
     if records is not None:
         check_records_file(records)
-    vectors = embeddings_for_indexing(model)  # built before anything is written
     directory = KnowledgeBaseDirectory(kb)
     exists = directory.manifest_path.exists()
     if exists:
         directory.load()
     new_source = not exists or source not in directory.source_names
+    if model is None and new_source:
+        # hybrid by default: a new source follows the model of the knowledge base's other
+        # sources, else the bundled one (--no-embeddings opts out)
+        model = directory.embedding_model() if exists else None
+        model = model or LOCAL
+    vectors = embeddings_for_indexing(model)  # built before anything is written
     _check_paths(paths, None if new_source else directory, source)
     created_dir = not directory.path.exists()
     if not exists:
@@ -171,12 +181,12 @@ def index(
         max_output_tokens,
         reranker_threshold,
     )
-    directory.add_or_update_source(source, description=description, embeddings=model)
+    entry = directory.add_or_update_source(source, description=description, embeddings=model)
     # the report below lists every failed file once: silence the per-file log lines
     reports: list[IndexReport] = []
     with _quiet("agentic_retrieval.sources.local", "pypdf"):
         if paths:
-            with index_progress(f"indexing into {source}") as progress:
+            with index_progress(f"indexing into {source}", entry.embeddings) as progress:
                 report = directory.index(
                     source,
                     paths,
@@ -189,7 +199,7 @@ def index(
             _report_problems(report)
             reports.append(report)
         if records is not None:
-            with index_progress(f"indexing records into {source}") as progress:
+            with index_progress(f"indexing records into {source}", entry.embeddings) as progress:
                 report = directory.index_records(
                     source,
                     records,

@@ -222,11 +222,14 @@ def serve(
 
 def build_server_app(kb: list[Path], data: Path | None, settings: Any) -> Any:
     """The app ``serve`` runs (built in each worker process)."""
+    from agentic_retrieval.embeddings import wait_for_local_models
     from agentic_retrieval.kb.loader import open_knowledge_base
     from agentic_retrieval.kb.service import ServiceDirectory
     from agentic_retrieval.server import create_app
 
     bases = [open_knowledge_base(path) for path in kb]
+    # the bundled model loads before the server says it is ready: no first request waits
+    wait_for_local_models()
     service = ServiceDirectory(data) if data is not None else None
     return create_app(bases, settings=settings, service=service)
 
