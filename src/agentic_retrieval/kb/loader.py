@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from agentic_retrieval.embeddings import CACHE_ENV_VAR as CACHE_ENV_VAR
-from agentic_retrieval.embeddings import library_cache_dir
+from agentic_retrieval.embeddings import LOCAL, library_cache_dir
 from agentic_retrieval.errors import KnowledgeBaseDirectoryError
 from agentic_retrieval.kb.directory import EmbeddingsChoice, KnowledgeBaseDirectory
 from agentic_retrieval.kb.live import LiveSources
@@ -109,13 +109,17 @@ def sample_questions() -> list[dict[str, Any]]:
 
 
 def build_sample_kb(
-    path: str | Path | None = None, progress: ProgressCallback | None = None
+    path: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+    embeddings: bool = False,
 ) -> KnowledgeBaseDirectory:
     """Create (once) and refresh the sample knowledge base directory.
 
     Args:
         path: Where to keep it (default: ``<cache>/sample-kb``).
         progress: Called after each file while indexing.
+        embeddings: Index vectors of the bundled model too (hybrid, as ``index`` does by
+            default); ``False`` keeps the sample lexical (the tests' and Studio's fixture).
 
     Returns:
         The loaded directory; indexing is incremental, so a second call only re-hashes files.
@@ -137,8 +141,15 @@ def build_sample_kb(
         directory.create(name=SAMPLE_KB_NAME, description=SAMPLE_KB_DESCRIPTION)
     corpus = sample_corpus_dir()
     for entry in json.loads((corpus / "sources.json").read_text(encoding="utf-8")):
-        directory.add_or_update_source(entry["name"], description=entry["description"])
+        directory.add_or_update_source(
+            entry["name"],
+            description=entry["description"],
+            embeddings=LOCAL if embeddings else None,
+        )
         directory.index(
-            entry["name"], [corpus / entry["folder"]], progress=progress, embeddings=False
+            entry["name"],
+            [corpus / entry["folder"]],
+            progress=progress,
+            embeddings=None if embeddings else False,
         )
     return directory

@@ -33,9 +33,13 @@ def demo(
 
     one_line_logging()
 
+    from agentic_retrieval.embeddings import local_embeddings_available
+
+    # hybrid, as index is by default (lexical where the bundled model is not installed)
+    hybrid = local_embeddings_available()
     try:
-        with index_progress("indexing the sample corpus") as progress:
-            directory = build_sample_kb(kb, progress=progress)
+        with index_progress("indexing the sample corpus", hybrid) as progress:
+            directory = build_sample_kb(kb, progress=progress, embeddings=hybrid)
     except (OSError, KnowledgeBaseDirectoryError) as exc:
         cause = exc if isinstance(exc, OSError) else exc.__cause__
         if not isinstance(cause, OSError):
@@ -45,8 +49,9 @@ def demo(
             f"{cause.filename or kb}); choose a writable place with --kb DIR or "
             "$AGENTIC_RETRIEVAL_CACHE"
         ) from None
-    err.print(f"sample knowledge base: {directory.path}")
-    knowledge_base = open_knowledge_base(directory.path, embeddings=False)
+    kind = "hybrid: lexical + all-MiniLM-L6-v2 vectors" if hybrid else "lexical"
+    err.print(f"sample knowledge base ({kind}): {directory.path}")
+    knowledge_base = open_knowledge_base(directory.path)
     found = 0
     chosen = sample_questions()[: max(questions, 0)]
     for item in chosen:
