@@ -40,6 +40,9 @@ def kb(tmp_path, docs):
             "guides",
             "--description",
             "Ferry and parking guides",
+            # these tests check the command line's output on exact lexical results (the
+            # default hybrid index is tested in test_bundled_model.py)
+            "--no-embeddings",
             str(docs),
         ],
     )
