@@ -567,6 +567,13 @@ def wait_for_local_models() -> None:
 _loads_started: set[tuple[str]] = set()
 
 
+def _forget_loaded_models() -> None:
+    """In a forked child: the parent's compiled graphs and OpenVINO threads are not there."""
+    _graph_loading.cache_clear()
+    _openvino_core.cache_clear()
+    _loads_started.clear()
+
+
 @lru_cache(maxsize=4)
 def _graph_loading(precision: Precision) -> Future[GraphEncoder]:
     """The bundled model's encoder in ``precision``, loading once per process on a thread.
@@ -922,3 +929,7 @@ def compress_weights(graph: Any) -> int:
         count += 1
     graph.validate_nodes_and_infer_types()
     return count
+
+
+if hasattr(os, "register_at_fork"):  # a forked server worker loads its own model
+    os.register_at_fork(after_in_child=_forget_loaded_models)

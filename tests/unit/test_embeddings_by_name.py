@@ -183,4 +183,5 @@ def test_the_old_flag_before_a_path_still_means_local(tmp_path, docs, monkeypatc
 def test_the_help_names_the_extra_the_local_model_needs():
     shown = runner.invoke(app, ["index", "--help"]).output
     words = " ".join(shown.replace("\u2502", " ").split())  # without the panel's borders
-    assert "(bundled all-MiniLM-L6-v2, needs the 'local' extra)" in words
+    assert "'local' (the bundled all-MiniLM-L6-v2, the default for a new source;" in words
+    assert "--no-embeddings Index without vectors (lexical only; no model is loaded)." in words

@@ -241,7 +241,8 @@ def _served_names(kb: list[Path], data: Path | None) -> list[str]:
 
     names = []
     for path in kb:
-        opened = open_knowledge_base(path)  # fails here, in one line, on a broken directory
+        # fails here, in one line, on a broken directory; no model: the workers load their own
+        opened = open_knowledge_base(path, embeddings=False)
         names.append(opened.name)
         for source in opened.sources.values():
             getattr(source, "close", lambda: None)()  # workers open their own connections
