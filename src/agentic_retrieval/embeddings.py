@@ -357,6 +357,10 @@ def _load_model(device: str) -> Any:
         raise LocalEmbeddingsUnavailableError(_TORCH_HINT) from exc
     folder = bundled_model_dir()
     logger.info("loading local embedding model from %s", folder)
+    with suppress(ImportError, AttributeError):  # no "Loading weights" bar on stderr
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
     # a local directory and local_files_only: nothing is fetched, without changing the
     # process environment for other Hugging Face users
     return SentenceTransformer(str(folder), device=device, local_files_only=True)
