@@ -360,7 +360,7 @@ def _load_model(device: str) -> Any:
     with suppress(ImportError, AttributeError):  # no "Loading weights" bar on stderr
         from transformers.utils import logging as transformers_logging
 
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     # a local directory and local_files_only: nothing is fetched, without changing the
     # process environment for other Hugging Face users
     return SentenceTransformer(str(folder), device=device, local_files_only=True)
