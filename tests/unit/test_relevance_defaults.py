@@ -330,8 +330,18 @@ def kb_dir(tmp_path, monkeypatch):
     folder.mkdir()
     for doc in BENEFITS:
         (folder / f"{doc['id']}.md").write_text(f"# {doc['title']}\n\n{doc['content']}\n")
+    # lexical: these tests are about the options over ranked, unjudged scores
     result = runner.invoke(
-        app, ["index", "--kb", str(tmp_path / "kb"), "--source", "benefits", str(folder)]
+        app,
+        [
+            "index",
+            "--kb",
+            str(tmp_path / "kb"),
+            "--source",
+            "benefits",
+            "--no-embeddings",
+            str(folder),
+        ],
     )
     assert result.exit_code == 0, result.output
     return tmp_path / "kb"
