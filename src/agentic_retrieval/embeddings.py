@@ -586,6 +586,8 @@ def _graph_loading(precision: Precision) -> Future[GraphEncoder]:
         LocalEmbeddingsUnavailableError: The model's package is not installed (at once).
     """
     folder = bundled_model_dir()
+    if not int8_available():  # said at once, as a missing model package is
+        raise LocalEmbeddingsUnavailableError(INT8_INSTALL_HINT)
     loading: Future[GraphEncoder] = Future()
     _loads_started.add((precision,))
 
@@ -594,6 +596,7 @@ def _graph_loading(precision: Precision) -> Future[GraphEncoder]:
             loading.set_result(GraphEncoder(folder, precision))
         except BaseException as exc:  # handed to whoever waits for the model
             loading.set_exception(exc)
+            _graph_loading.cache_clear()  # the next model object tries again
 
     threading.Thread(target=load, name="local-embeddings-load", daemon=True).start()
     return loading
