@@ -54,6 +54,9 @@ from agentic_retrieval.rerankers import (
     Reranker,
     reranker_by_name,
 )
+from agentic_retrieval.rerankers.hybrid import RELEVANCE_KNOT
+from agentic_retrieval.rerankers.lexical import calibrate
+from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 
 HERE = Path(__file__).resolve().parent
@@ -92,6 +95,10 @@ class Question:
     split: str
     text: str
     facts: tuple[tuple[Quote, ...], ...] = ()
+    kind: str = ""
+    """For an unanswerable question: ``near-miss`` (the documents cover the subject, not the
+    fact), ``absent`` (a subject of the knowledge base's domain it does not cover),
+    ``off-domain``; empty for the first 14, written before the kinds were named."""
 
     @property
     def answerable(self) -> bool:
@@ -109,7 +116,9 @@ def load_questions(path: Path = QUESTIONS) -> list[Question]:
             tuple(Quote(q["file"], q["quote"]) for q in alternatives)
             for alternatives in row["evidence"]
         )
-        questions.append(Question(row["id"], row["split"], row["question"], facts))
+        questions.append(
+            Question(row["id"], row["split"], row["question"], facts, row.get("kind", ""))
+        )
     return questions
 
 
@@ -143,6 +152,8 @@ class Tally:
     answerable_empty: int = 0
     unanswerable_empty: int = 0
     unanswerable: int = 0
+    emptied_by_kind: dict[str, list[int]] = field(default_factory=dict)
+    """Per kind of unanswerable question: [emptied, count]."""
     references: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     confidence: dict[bool, list[tuple[float, float]]] = field(
@@ -176,6 +187,9 @@ class Tally:
         if not question.answerable:
             self.unanswerable += 1
             self.unanswerable_empty += not passages
+            tally = self.emptied_by_kind.setdefault(question.kind or "first 14", [0, 0])
+            tally[0] += not passages
+            tally[1] += 1
             return
         self.answerable_empty += not passages
         found = sum(
@@ -192,6 +206,10 @@ class Tally:
             None,
         )
         self.reciprocal_ranks.append(1 / first if first else 0.0)
+
+    def kinds(self) -> str:
+        """Unanswerable questions emptied, by kind."""
+        return ", ".join(f"{k} {e}/{n}" for k, (e, n) in sorted(self.emptied_by_kind.items()))
 
     def row(self, label: str) -> str:
         n = len(self.recall)
@@ -219,6 +237,18 @@ def build_sources(data: Path, root: Path, mode: str) -> list[LocalKnowledgeSourc
             source.index([data / folder for folder in folders])
         sources.append(source)
     return sources
+
+
+class WithoutVectors:
+    """A store's hits without their cosines: a source that holds no vectors, same candidates."""
+
+    def __init__(self, source: LocalKnowledgeSource) -> None:
+        self.source = source
+        self.name, self.description, self.kind = source.name, source.description, source.kind
+
+    async def search(self, query: SearchQuery) -> list[Hit]:
+        hits = await self.source.search(query)
+        return [hit.model_copy(update={"vector_similarity": None}) for hit in hits]
 
 
 class Bm25Baseline:
@@ -323,8 +353,20 @@ def measure_bm25(bm25: Bm25Baseline, questions: Sequence[Question]) -> Tally:
     return tally
 
 
+def fit_knot(open_tally: Tally, by_knot: dict[float, Tally]) -> str:
+    """Each knot's figures, and the largest that keeps recall within 2% of no cut-off's."""
+    recall = sum(open_tally.recall) / len(open_tally.recall)
+    kept = []
+    for knot, tally in sorted(by_knot.items()):
+        share = sum(tally.recall) / len(tally.recall) / recall if recall else 1.0
+        print(tally.row(f"hybrid: knot {knot:g} ({share:.1%} of the recall)"), flush=True)
+        if share >= 0.98:
+            kept.append(knot)
+    return f"hybrid: the largest knot within 2% of the no-cut-off recall: {max(kept, default=None)}"
+
+
 def knowledge_base(
-    sources: Sequence[LocalKnowledgeSource], reranker: Reranker | None, **context: Any
+    sources: Sequence[KnowledgeSource], reranker: Reranker | None, **context: Any
 ) -> KnowledgeBase:
     return KnowledgeBase(
         list(sources), reranker=reranker, defaults=Context(reasoning_effort="minimal", **context)
@@ -354,6 +396,18 @@ async def main() -> int:
         default="",
         help="relative cut-offs to measure on the defaults' rankings: keep scores >= share "
         "x the best (e.g. 0.5,0.7)",
+    )
+    parser.add_argument(
+        "--knots",
+        default="",
+        help="hybrid: calibration knots to measure on the no-cut-off rankings (the default "
+        "threshold keeps a blend >= the knot), and the largest one within 2%% of its recall",
+    )
+    parser.add_argument(
+        "--embed-candidates",
+        action="store_true",
+        help="hybrid: also measure the same candidates without cosines, embedded by the "
+        "default reranker at query time",
     )
     args = parser.parse_args()
     data = args.data
@@ -388,9 +442,16 @@ async def main() -> int:
             )
             print(defaults.row(f"{mode}: defaults"), flush=True)
             notes.append(defaults.confidence_line(f"{mode}: defaults"))
+            notes.append(f"{mode}: defaults, unanswerable emptied by kind: {defaults.kinds()}")
             open_kb = knowledge_base(sources, None, reranker_threshold=None)
-            tally, _ = await measure_kb(open_kb, questions)
+            knots = [float(k) for k in args.knots.split(",") if k and mode == "hybrid"]
+            # a knot k keeps what blends to k or more: what scores calibrate(k) or more now
+            tally, by_knot = await measure_kb(
+                open_kb, questions, absolute=[calibrate(k, RELEVANCE_KNOT) for k in knots]
+            )
             print(tally.row(f"{mode}: no cut-off"), flush=True)
+            if knots:
+                notes.append(fit_knot(tally, dict(zip(knots, by_knot.values(), strict=True))))
             # the default before issue 18: lexical fallback, 2.5 on its scores
             former = knowledge_base(
                 sources, PassthroughReranker(LexicalReranker()), reranker_threshold=2.5
@@ -401,7 +462,8 @@ async def main() -> int:
                 print(other.row(f"{mode}: defaults, relative cut-off {share:g} x best"))
             for weight in [float(w) for w in args.weights.split(",") if w and mode == "hybrid"]:
                 blend = PassthroughReranker(HybridReranker(weight))
-                tally, _ = await measure_kb(knowledge_base(sources, blend), questions)
+                kb = knowledge_base(sources, blend, reranker_threshold=None)
+                tally, _ = await measure_kb(kb, questions)
                 print(tally.row(f"{mode}: vector weight {weight:g}"), flush=True)
             if args.reranker:
                 # one run without a cut-off; each threshold keeps what scores at least it
@@ -412,6 +474,14 @@ async def main() -> int:
                 print(tally.row(f"{mode}: {named.name}, no cut-off"), flush=True)
                 for value, other in kept.items():
                     print(other.row(f"{mode}: {named.name}, threshold {value:g}"), flush=True)
+            if mode == "hybrid" and args.embed_candidates:
+                # the same candidates from sources that hold no vectors, judged by embedding
+                # them at query time (the cost per query is the ms p50 column)
+                embedding = PassthroughReranker(HybridReranker(embeddings=local_embeddings()))
+                blind = [WithoutVectors(source) for source in sources]
+                tally, _ = await measure_kb(knowledge_base(blind, embedding), questions)
+                print(tally.row(f"{mode}: no cosines, candidates embedded"), flush=True)
+                notes.append(f"{mode}: candidates embedded, emptied by kind: {tally.kinds()}")
             if mode == "lexical":
                 print(measure_bm25(Bm25Baseline(sources), questions).row("BM25 (rank_bm25)"))
             for source in sources:

@@ -127,9 +127,9 @@ class Context:
             "description": "Drop candidates scoring under this on the 0-4 scale (a source's "
             "rerankerThreshold overrides it; 0 or None keeps every candidate). 'default': "
             "2.5, as Azure's, where the scores are calibrated relevance (an LLM grader, "
-            "Azure's semantic ranker), no cut-off where they only order candidates (the "
-            "model-free lexical and vector blend), which keeps every candidate up to top_n. "
-            f"Unset: ${THRESHOLD_ENV_VAR}, else 'default'.",
+            "Azure's semantic ranker, the default ranking of a hit that has a vector), no "
+            "cut-off where they only order candidates (lexical scores alone), which keeps "
+            f"every candidate up to top_n. Unset: ${THRESHOLD_ENV_VAR}, else 'default'.",
             "ge": 0.0,
             "le": 4.0,
             "expects": "a number, 'default' or None",
@@ -415,6 +415,21 @@ def applied_threshold(
     if setting == THRESHOLD_DEFAULT:
         return DEFAULT_RERANKER_THRESHOLD if calibrated else None
     return setting
+
+
+def threshold_rule(source_threshold: float | None, setting: Threshold, calibrated: bool) -> str:
+    """Which rule of :func:`applied_threshold` held one candidate, in words (the activity log)."""
+    threshold = applied_threshold(source_threshold, setting, calibrated)
+    if source_threshold is not None or setting != THRESHOLD_DEFAULT:
+        if threshold is None:
+            return "no cut-off: rerankerThreshold is none"
+        return f"rerankerThreshold {threshold:g}, as set"
+    if threshold is not None:
+        return f"default rerankerThreshold {threshold:g} on calibrated relevance"
+    return (
+        "no cut-off: the scores are not calibrated relevance (lexical scores only order "
+        "candidates), so the default rerankerThreshold does not apply"
+    )
 
 
 def _check_field(spec: Field[Any], value: Any) -> None:

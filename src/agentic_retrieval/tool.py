@@ -346,6 +346,15 @@ def tool_content(response: RetrieveResponse, knowledge_base: str) -> str:
     text = response.text
     if text.strip() in ("", "[]"):
         text = f"Nothing in the knowledge base '{knowledge_base}' matched this search."
+        judged = _judged_irrelevant(response)
+        if judged:
+            text = (
+                f"Nothing relevant in the knowledge base '{knowledge_base}': the search found "
+                f"{judged} passages, but none is relevant enough to this question (all scored "
+                "under the rerankerThreshold), so the knowledge base most likely does not "
+                "answer it. Do not answer from these sources; say so, or search again in "
+                "other words."
+            )
     notes = [
         f"the source '{name}' failed ({message}), so these results come from the others only"
         for name, message in failed_sources(response)
@@ -353,6 +362,15 @@ def tool_content(response: RetrieveResponse, knowledge_base: str) -> str:
     if notes:
         text = "Note: " + "; ".join(notes) + ".\n\n" + text
     return text
+
+
+def _judged_irrelevant(response: RetrieveResponse) -> int:
+    """How many candidates the last reranking scored and all dropped (0: it kept some)."""
+    reranks = [r.model_extra or {} for r in response.activity or [] if r.type == "semanticReranker"]
+    last = reranks[-1] if reranks else {}
+    if last.get("keptCount", 0) or not last.get("candidateCount", 0):
+        return 0
+    return int(last["candidateCount"])
 
 
 def _run_defaults(defaults: Context, overrides: Mapping[str, Any]) -> Context:

@@ -26,6 +26,8 @@ from agentic_retrieval.rerankers import (
     PassthroughReranker,
     calibration_of,
 )
+from agentic_retrieval.rerankers.hybrid import RELEVANCE_KNOT
+from agentic_retrieval.rerankers.lexical import calibrate
 from agentic_retrieval.sources.base import Hit, SearchQuery
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 from agentic_retrieval.testing import ScriptedChatModel
@@ -317,7 +319,7 @@ def test_the_hybrid_blend_is_lexical_where_a_hit_has_no_similarity():
     assert HybridReranker().score("doctor network", hits) == lexical
     with_vectors = [h.model_copy(update={"vector_similarity": 0.7}) for h in hits]
     blended = HybridReranker(0.5).score("doctor network", with_vectors)
-    assert blended == pytest.approx([(s + 4.0) / 2 for s in lexical])
+    assert blended == pytest.approx([calibrate((s + 4.0) / 2, RELEVANCE_KNOT) for s in lexical])
 
 
 # --- the command line --------------------------------------------------------------------------

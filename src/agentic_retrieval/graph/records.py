@@ -370,6 +370,9 @@ class RerankActivity(ModelCallActivity):
     calibrated_count: int = 0
     """Candidates whose score is calibrated relevance (the default threshold applies to
     these only); fewer than ``candidate_count`` means the rest were ranked, not judged."""
+    threshold_rule: str | None = None
+    """Which ``rerankerThreshold`` rule applied (the default on calibrated relevance, no
+    cut-off and why, or a threshold as set); with several, each with its candidate count."""
     term_coverage: float | None = None
     """Share (0-1) of the searched words the top kept passages hold: a confidence figure that
     needs no calibrated score (``None`` when nothing was kept)."""
@@ -384,6 +387,8 @@ class RerankActivity(ModelCallActivity):
             "calibratedCount": self.calibrated_count,
             "elapsedMs": self.elapsed_ms,
         }
+        if self.threshold_rule is not None:
+            record["thresholdRule"] = self.threshold_rule
         if self.term_coverage is not None:
             record["termCoverage"] = self.term_coverage
         if self.usage.input_tokens:

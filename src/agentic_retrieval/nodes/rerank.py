@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from agentic_retrieval.context import Context, applied_threshold
+from agentic_retrieval.context import Context, applied_threshold, threshold_rule
 from agentic_retrieval.graph.effort import result_signals
 from agentic_retrieval.graph.events import Reranking
 from agentic_retrieval.graph.records import (
@@ -86,7 +86,7 @@ async def rerank(state: RetrievalState, run: Run) -> Update:
             f"reranker {reranker.name} ran out of time; "
             "candidates were ranked by lexical coverage instead",
         )
-    selection, drops = select(to_score, scores, params, context, unranked, calibrated)
+    selection, drops, rules = select(to_score, scores, params, context, unranked, calibrated)
     signals = result_signals(
         selection, searched_text(state), searched_sources(state), context.auto_top_k
     )
@@ -99,6 +99,7 @@ async def rerank(state: RetrievalState, run: Run) -> Update:
         candidate_count=len(to_score),
         kept_count=len(selection),
         calibrated_count=sum(calibrated.values()),
+        threshold_rule=describe_rules(rules),
         term_coverage=round(signals.term_coverage, 3) if selection else None,
         usage=usage,
     )
@@ -121,7 +122,7 @@ def select(
     context: Context,
     unranked: Sequence[RetrievedHit] = (),
     calibrated: dict[tuple[str, str], bool] | None = None,
-) -> tuple[list[RankedHit], Drops]:
+) -> tuple[list[RankedHit], Drops, Counter[str]]:
     """Apply thresholds, merge unreranked sources, apply the document caps.
 
     Reranked candidates under their threshold are dropped (their source's
@@ -133,9 +134,11 @@ def select(
     and the total is capped by ``context.max_output_documents`` (else ``top_n``).
 
     Returns:
-        The selection with ref_ids in final order, and what was dropped (for the warnings).
+        The selection with ref_ids in final order, what was dropped (for the warnings), and
+        how many candidates each threshold rule held (:func:`threshold_rule`'s words).
     """
     drops: Drops = {}
+    rules: Counter[str] = Counter()
     ranked: list[tuple[float, RetrievedHit]] = []
     for hit in candidates:
         key = (hit.source, hit.doc_key)
@@ -143,6 +146,7 @@ def select(
         given = params[hit.source].reranker_threshold if hit.source in params else None
         judged = True if calibrated is None else calibrated.get(key, False)
         threshold = applied_threshold(given, context.reranker_threshold, judged)
+        rules[threshold_rule(given, context.reranker_threshold, judged)] += 1
         if threshold is None or score >= threshold:
             ranked.append((score, hit))
         else:
@@ -150,14 +154,25 @@ def select(
     ranked.sort(key=lambda pair: (-pair[0], -pair[1].score))
     merged = _interleave(ranked, [(None, hit) for hit in unranked])
     kept = _cap(merged, params, context, drops)
-    return [
-        RankedHit(
-            **hit.model_dump(),
-            ref_id=i,
-            final_score=None if score is None else round(score, 4),
-        )
-        for i, (score, hit) in enumerate(kept)
-    ], drops
+    return (
+        [
+            RankedHit(
+                **hit.model_dump(),
+                ref_id=i,
+                final_score=None if score is None else round(score, 4),
+            )
+            for i, (score, hit) in enumerate(kept)
+        ],
+        drops,
+        rules,
+    )
+
+
+def describe_rules(rules: Counter[str]) -> str | None:
+    """The threshold rule that held the candidates; with several, each with its count."""
+    if len(rules) <= 1:
+        return next(iter(rules), None)
+    return "; ".join(f"{count} candidates: {rule}" for rule, count in rules.most_common())
 
 
 Scored = tuple[float | None, RetrievedHit]
