@@ -10,9 +10,9 @@ import re
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase
+from agentic_retrieval import InMemoryKnowledgeSource, KnowledgeBase, embeddings
 from agentic_retrieval.context import THRESHOLD_ENV_VAR
-from agentic_retrieval.rerankers import HybridReranker, PassthroughReranker
+from agentic_retrieval.rerankers import HybridReranker, PassthroughReranker, reranker_by_name
 from agentic_retrieval.rerankers.hybrid import RELEVANCE_KNOT
 from agentic_retrieval.rerankers.lexical import calibrate
 from agentic_retrieval.sources.base import Hit
@@ -197,3 +197,13 @@ def test_the_agent_tool_says_plainly_that_nothing_relevant_was_found(tmp_path):
         {"type": "tool_call", "id": "2", "name": "search_benefits", "args": {"query": ANSWERABLE}}
     )
     assert "Northwind Standard does not pay for care" in answered.content
+
+
+def test_the_hybrid_reranker_by_name_embeds_what_comes_without_vectors(monkeypatch):
+    model = ConceptEmbeddings()
+    monkeypatch.setattr(embeddings, "local_embeddings", lambda: model)
+    chosen = reranker_by_name("hybrid")
+    plan = InMemoryKnowledgeSource("plan", PLAN, description="Health plan benefits")
+    response = ask(KnowledgeBase([plan], reranker=chosen), "network moons of Jupiter")
+    assert keys(response) == [] and model.embedded
+    assert rerank_record(response)["reranker"] == "passthrough+lexical+vector"

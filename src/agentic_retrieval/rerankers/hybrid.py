@@ -22,14 +22,16 @@ on Cranfield (``benchmarks/README.md``, "Relevance by default").
 linear through ``(0, 0)``, ``(RELEVANCE_KNOT, 2.5)`` and ``(4, 4)``, so the default
 ``rerankerThreshold`` (2.5) keeps a hit exactly when its blend reaches the knot. The knot was
 fitted on the tuning half of the same question set, answerable questions and questions the
-documents cannot answer, and checked on the other half (``benchmarks/README.md``, "Calibrated
-relevance"): there the default threshold empties most unanswerable questions and keeps the
-evidence of the answerable ones. The mapping is monotone, so it changes no ranking. These
+documents cannot answer, as the largest that keeps the answerable questions' evidence recall
+within 2% of no cut-off, and checked on the other half (``benchmarks/README.md``, "Calibrated
+relevance"): there it keeps all of that recall and empties the unanswerable questions far from
+the documents' subjects (7 of 32), not the near-misses, whose best passages a bi-encoder's
+cosine scores as high as answers. The mapping is monotone, so it changes no ranking. These
 scores are calibrated relevance (:meth:`HybridReranker.calibrated_for`); a hit scored on words
 alone is not (its coverage says nothing about a paraphrase), so the default threshold never
 cuts it. Another embedding model spreads its cosines differently: pass its ``floor`` and
 ``ceil`` (``benchmarks/bench_rerankers.py`` measures them) and fit its ``knot``
-(``benchmarks/bench_relevance.py --fit``).
+(``benchmarks/bench_relevance.py --knots``).
 """
 
 from __future__ import annotations

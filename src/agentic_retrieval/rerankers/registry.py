@@ -29,15 +29,27 @@ def _passthrough_embedding() -> Reranker:
     return PassthroughReranker(fallback=_embedding())
 
 
+def _hybrid_embedding() -> Reranker:
+    from agentic_retrieval.embeddings import local_embeddings
+    from agentic_retrieval.rerankers.hybrid import HybridReranker
+
+    return PassthroughReranker(fallback=HybridReranker(embeddings=local_embeddings()))
+
+
 RERANKERS: dict[str, Callable[[], Reranker]] = {
     "default": PassthroughReranker,
     "lexical": LexicalReranker,
     "embedding": _passthrough_embedding,
+    "hybrid": _hybrid_embedding,
 }
 """``default``: a source's own semantic score, else lexical coverage blended with the vector
-similarity a hybrid source computed (no model to load). ``lexical``: lexical coverage for every
-hit. ``embedding``: a source's own semantic score, else the offline all-MiniLM-L6-v2
-embedding reranker, which embeds every candidate again (the ``[local]`` extra)."""
+similarity a hybrid source computed (no model to load; calibrated relevance where a hit has
+one). ``lexical``: lexical coverage for every hit. ``embedding``: a source's own semantic
+score, else the offline all-MiniLM-L6-v2 embedding reranker, which embeds every candidate
+again (the ``[local]`` extra). ``hybrid``: ``default``, and the candidates of a source that
+holds no vectors are embedded with the offline model at query time, so they are judged
+(calibrated) too; it costs a model call per query (``benchmarks/README.md``, "Calibrated
+relevance")."""
 
 RERANKER_NAMES = tuple(RERANKERS)
 
