@@ -14,8 +14,7 @@ runner = CliRunner()
 LONG_NAME = "northwind-standard-benefits-details-and-exclusions"
 
 
-@pytest.fixture
-def kb(tmp_path):
+def _plans_kb(tmp_path, *index_options):
     docs = tmp_path / "docs"
     for i in range(4):
         write(
@@ -25,10 +24,23 @@ def kb(tmp_path):
             + "The yearly deductible is 2000 dollars per person. " * 20,
         )
     result = runner.invoke(
-        app, ["index", "--kb", str(tmp_path / "kb"), "--source", "plans", str(docs)]
+        app,
+        ["index", "--kb", str(tmp_path / "kb"), "--source", "plans", *index_options, str(docs)],
     )
     assert result.exit_code == 0, result.output
     return tmp_path / "kb"
+
+
+@pytest.fixture
+def kb(tmp_path):
+    """Hybrid: the default index."""
+    return _plans_kb(tmp_path)
+
+
+@pytest.fixture
+def lexical_kb(tmp_path):
+    """Lexical only: its scores rank the passages but do not judge them."""
+    return _plans_kb(tmp_path, "--no-embeddings")
 
 
 @pytest.mark.parametrize("command", [[], ["index"], ["retrieve"], ["serve"], ["eval"]])
@@ -149,9 +161,9 @@ def test_serve_refuses_a_key_no_request_could_present(kb, monkeypatch, args, mes
     assert len(result.stderr.splitlines()) == 1
 
 
-def test_nothing_found_is_said_plainly_with_why(kb):
+def test_nothing_found_is_said_plainly_with_why(lexical_kb):
     result = runner.invoke(
-        app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "quantum chromodynamics"]
+        app, ["retrieve", "--kb", str(lexical_kb), "--effort", "minimal", "quantum chromodynamics"]
     )
     assert result.exit_code == 0, result.output
     out = " ".join(result.stdout.split())
@@ -163,7 +175,20 @@ def test_nothing_found_is_said_plainly_with_why(kb):
     ) in out
 
 
-def test_an_explicit_threshold_is_said_to_apply_and_to_explain_an_empty_result(kb):
+def test_an_unrelated_question_on_a_hybrid_kb_is_cut_by_the_default_threshold(kb):
+    result = runner.invoke(
+        app, ["retrieve", "--kb", str(kb), "--effort", "minimal", "quantum chromodynamics"]
+    )
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "Grounding data" not in out
+    assert "Nothing found: no passage is returned for this question." in out
+    assert "all scored under the default threshold 2.5" in out
+    assert "the knowledge base may not answer this" in out
+
+
+def test_an_explicit_threshold_is_said_to_apply_and_to_explain_an_empty_result(lexical_kb):
+    kb = lexical_kb
     result = runner.invoke(
         app,
         ["retrieve", "--kb", str(kb), "--effort", "minimal", "--threshold", "3.99", "deductible"],
