@@ -38,12 +38,11 @@ from agentic_retrieval.graph.records import (
     Drops,
     RankedHit,
     RetrievedHit,
-    SearchTask,
     SourceParams,
     Subquery,
     TierDecision,
 )
-from agentic_retrieval.graph.vocabulary import Effort, Planner, RequestedEffort
+from agentic_retrieval.graph.vocabulary import Effort, Judging, Planner, RequestedEffort
 from agentic_retrieval.llm.schemas import EvidenceAssessment
 
 T = TypeVar("T")
@@ -285,29 +284,14 @@ class RetrievalState(InputState, OutputState):
         default=0,
         metadata=_meta(Scope.RUN, "Follow-up rounds run so far."),
     )
-    searches: list[SearchTask] = field(
-        default_factory=list,
-        metadata=_meta(
-            Scope.RUN,
-            "The searches of the round due (one per subquery and source), written by "
-            "prepare_searches and by assess_evidence for a follow-up round.",
-        ),
-    )
-    next_step: str | None = field(
+    judging: Judging | None = field(
         default=None,
         metadata=_meta(
             Scope.RUN,
-            "Where the run goes after the node that wrote it: every node with more than one "
-            "way out writes it, and the graph follows it ('search' fans the searches out).",
-        ),
-    )
-    judge: str | None = field(
-        default=None,
-        metadata=_meta(
-            Scope.RUN,
-            "The node that judges each reranked round: assess_evidence (medium effort, a "
-            "question the model planned), judge_results (auto), or None (straight to "
-            "synthesize). Written when the turn begins and when auto escalates to medium.",
+            "How each reranked round is judged: 'evidence' (the evidence model: medium "
+            "effort, a question the model planned), 'signals' (the auto effort's result "
+            "signals), or None (not judged: straight to the output). Written when the turn "
+            "begins and when auto escalates to medium.",
         ),
     )
     activity_log: Annotated[list[AnyActivity], operator.add] = field(
@@ -348,9 +332,7 @@ class Update(TypedDict, total=False):
     evidence: EvidenceAssessment | None
     grounded_ref_ids: list[int]
     iteration: int
-    searches: list[SearchTask]
-    next_step: str | None
-    judge: str | None
+    judging: Judging | None
     activity_log: list[AnyActivity]
 
 

@@ -46,7 +46,7 @@ def run(package: Path, script: str) -> str:
     return done.stdout
 
 
-def test_adding_a_node_touches_its_module_and_the_builder(tmp_path: Path) -> None:
+def test_adding_a_node_touches_its_module_the_builder_and_the_deciding_node(tmp_path: Path) -> None:
     package = copy_of_the_package(tmp_path)
     # 1. nodes/<name>.py: the node
     (package / "nodes" / "count_words.py").write_text(
@@ -63,7 +63,7 @@ def test_adding_a_node_touches_its_module_and_the_builder(tmp_path: Path) -> Non
         '''),
         encoding="utf-8",
     )
-    # 2. graph/builder.py: register it, and route begin_turn's "prepare_searches" through it
+    # 2. graph/builder.py: register it, with its fixed edge out
     builder = package / "graph" / "builder.py"
     edit(
         builder,
@@ -74,15 +74,21 @@ def test_adding_a_node_touches_its_module_and_the_builder(tmp_path: Path) -> Non
     edit(builder, "    add(respond)\n", "    add(respond)\n    add(count_words)\n")
     edit(
         builder,
-        '"begin_turn", follow, ["judge_question", "plan_queries", "prepare_searches"]',
-        '"begin_turn", follow, {"judge_question": "judge_question", '
-        '"plan_queries": "plan_queries", "prepare_searches": "count_words"}',
-    )
-    edit(
-        builder,
         '    builder.add_edge("search", "rerank")\n',
         '    builder.add_edge("search", "rerank")\n'
         '    builder.add_edge("count_words", "prepare_searches")\n',
+    )
+    # 3. behind a decision: a way out of the deciding node (its Literal and its goto)
+    begin = package / "nodes" / "begin_turn.py"
+    edit(
+        begin,
+        'Literal["judge_question", "plan_queries", "prepare_searches"]',
+        'Literal["judge_question", "plan_queries", "prepare_searches", "count_words"]',
+    )
+    edit(
+        begin,
+        'return Command(update=update, goto="prepare_searches")',
+        'return Command(update=update, goto="count_words")',
     )
     out = run(
         package,

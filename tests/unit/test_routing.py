@@ -1,62 +1,37 @@
-"""Where the run goes next: the state a node leaves behind decides the next node.
+"""Where the run goes next: each deciding node returns it, from the facts in the state.
 
-Two tables. The first lists states and the node (or the fan-out) the graph's one edge function
-sends them to. The second lists turns and the path of nodes each one takes end to end, so a
-change to any decision (which node writes ``next_step`` and ``judge``, and from what) shows up
+Two tables. The first lists, for each node with several ways out, states and the node (or
+the fan-out) it sends the run to. The second lists turns and the path of nodes each one
+takes end to end, so a change to any decision (which node decides, and from what) shows up
 here as a changed row.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 import typing
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.types import Send
-from tests.fakes import FailingSource
+from langgraph.types import Command
+from tests.fakes import TOY_DOCS, FailingSource
 
-from agentic_retrieval import Context, build_graph
-from agentic_retrieval.graph.records import SearchTask, Subquery
-from agentic_retrieval.graph.routing import follow
+from agentic_retrieval import Context, InMemoryKnowledgeSource, build_graph
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.records import RankedHit, Subquery
+from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.nodes.assess_evidence import assess_evidence
+from agentic_retrieval.nodes.begin_turn import begin_turn
+from agentic_retrieval.nodes.judge_question import judge_question
+from agentic_retrieval.nodes.judge_results import judge_results
+from agentic_retrieval.nodes.plan_queries import plan_queries
+from agentic_retrieval.nodes.prepare_searches import prepare_searches
+from agentic_retrieval.nodes.rerank import rerank
 from agentic_retrieval.state import RetrievalState, Scope, Update, scope_of
 from agentic_retrieval.testing import ScriptedChatModel
-
-TASKS = [
-    SearchTask(
-        subquery=Subquery(id="q0.0", text="day pass"),
-        source=name,
-        filter=None,
-        top=5,
-        deadline=0.0,
-        timeout=1.0,
-    )
-    for name in ("transit", "faq")
-]
-
-EDGES = [
-    # (what the last node wrote, where the graph goes)
-    ({"next_step": "judge_question"}, "judge_question"),
-    ({"next_step": "plan_queries"}, "plan_queries"),
-    ({"next_step": "prepare_searches"}, "prepare_searches"),
-    ({"next_step": "respond"}, "respond"),
-    ({"next_step": "rerank", "searches": []}, "rerank"),
-    ({"next_step": "assess_evidence"}, "assess_evidence"),
-    ({"next_step": "judge_results"}, "judge_results"),
-    ({"next_step": "synthesize"}, "synthesize"),
-    ({"next_step": "search", "searches": TASKS}, [Send("search", t) for t in TASKS]),
-]
-
-
-@pytest.mark.parametrize(("written", "goes_to"), EDGES, ids=[str(e[0]["next_step"]) for e in EDGES])
-def test_the_graph_follows_the_step_the_deciding_node_wrote(written, goes_to):
-    assert follow(RetrievalState(**written)) == goes_to
-
-
-def test_a_node_that_forgot_to_decide_stops_the_run_loudly():
-    with pytest.raises(RuntimeError, match="did not set next_step"):
-        follow(RetrievalState())
-
 
 PLAN = {"needs_retrieval": True, "queries": [{"query": "day pass price"}]}
 NO_RETRIEVAL = {"needs_retrieval": False, "assistant_message": "Hello!"}
@@ -69,6 +44,165 @@ FOLLOW_UP = [
     AIMessage("6 euros."),
     HumanMessage("and it?"),
 ]
+
+ASKED = [Subquery(id="q0.0", text="day pass price", sources=("transit",))]
+STRONG_HIT = RankedHit(
+    doc_key="t1",
+    content="A day pass costs 6 euros.",
+    source="transit",
+    subquery_id="q1.0",
+    query="day pass price",
+    activity_key="search:0",
+    ref_id=0,
+    final_score=3.9,
+)
+ROUND = {"subqueries": ASKED, "ranked": [STRONG_HIT], "question": "day pass price"}
+
+DECISIONS: list[tuple[str, Any, dict[str, Any], dict[str, Any], dict[str, Any], Any]] = [
+    # (case, node, state before it, settings, scripted model answers, where it sends the run)
+    (
+        "auto: judge the question",
+        begin_turn,
+        {"messages": [HumanMessage("day pass")]},
+        {"reasoning_effort": "auto"},
+        {},
+        "judge_question",
+    ),
+    (
+        "low: the model plans",
+        begin_turn,
+        {"messages": [HumanMessage("day pass")]},
+        {"reasoning_effort": "low"},
+        {},
+        "plan_queries",
+    ),
+    (
+        "minimal: searched as asked",
+        begin_turn,
+        {"messages": [HumanMessage("day pass")]},
+        {"reasoning_effort": "minimal"},
+        {},
+        "prepare_searches",
+    ),
+    (
+        "medium with intents: the caller planned",
+        begin_turn,
+        {"intents": ["day pass"]},
+        {"reasoning_effort": "medium"},
+        {},
+        "prepare_searches",
+    ),
+    (
+        "a searchable question",
+        judge_question,
+        {"question": "day pass price"},
+        {},
+        {},
+        "prepare_searches",
+    ),
+    (
+        "a follow-up is planned",
+        judge_question,
+        {"messages": FOLLOW_UP, "question": "and it?"},
+        {},
+        {},
+        "plan_queries",
+    ),
+    (
+        "a plan is searched",
+        plan_queries,
+        {"messages": [HumanMessage("day pass price?")]},
+        {},
+        {"QueryPlan": [PLAN]},
+        "prepare_searches",
+    ),
+    (
+        "nothing to retrieve",
+        plan_queries,
+        {"messages": [HumanMessage("hello")]},
+        {},
+        {"QueryPlan": [NO_RETRIEVAL]},
+        "respond",
+    ),
+    (
+        "one search per subquery and source",
+        prepare_searches,
+        {"planned": ASKED},
+        {},
+        {},
+        [("search", "day pass price", "transit")],
+    ),
+    (
+        "nothing the run may search",
+        prepare_searches,
+        {"planned": ASKED},
+        {"knowledge_sources": []},
+        {},
+        "rerank",
+    ),
+    (
+        "medium: the evidence model judges",
+        rerank,
+        {"judging": "evidence"},
+        {},
+        {},
+        "assess_evidence",
+    ),
+    ("auto: the signals judge", rerank, {"judging": "signals"}, {}, {}, "judge_results"),
+    ("nobody judges", rerank, {}, {}, {}, "synthesize"),
+    (
+        "a failOnError source failed",
+        rerank,
+        {"judging": "evidence", "failure": {"code": "x"}},
+        {},
+        {},
+        "respond",
+    ),
+    ("strong results", judge_results, {**ROUND, "effort": "minimal"}, STRONG, {}, "synthesize"),
+    (
+        "weak at minimal: plan",
+        judge_results,
+        {**ROUND, "effort": "minimal"},
+        WEAK,
+        {},
+        "plan_queries",
+    ),
+    ("weak at low: assess", judge_results, {**ROUND, "effort": "low"}, WEAK, {}, "assess_evidence"),
+    (
+        "insufficient, budget left: a follow-up round",
+        assess_evidence,
+        ROUND,
+        {},
+        {"EvidenceAssessment": [INSUFFICIENT]},
+        [("search", "bike late fee", "transit")],
+    ),
+    ("sufficient", assess_evidence, ROUND, {}, {"EvidenceAssessment": [SUFFICIENT]}, "synthesize"),
+]
+
+
+def decide(node: Any, state: RetrievalState, context: Context, script: dict[str, Any]) -> Any:
+    """Run one node as the graph would, and return where it sends the run."""
+    bindings = Bindings.create(
+        [InMemoryKnowledgeSource("transit", TOY_DOCS)], chat_model=ScriptedChatModel(script=script)
+    )
+    command = asyncio.run(node(state, Run(context, bindings, {}, lambda _: None)))
+    assert isinstance(command, Command)
+    if isinstance(command.goto, list):
+        return [(s.node, s.arg.subquery.text, s.arg.source) for s in command.goto]
+    return command.goto
+
+
+@pytest.mark.parametrize(
+    ("case", "node", "state", "settings", "script", "goes_to"),
+    DECISIONS,
+    ids=[f"{d[1].__name__}: {d[0]}" for d in DECISIONS],
+)
+def test_each_deciding_node_sends_the_run_where_its_facts_say(
+    case, node, state, settings, script, goes_to
+):
+    state = RetrievalState(**{"started_at": time.time(), **state})
+    assert decide(node, state, Context(**settings), script) == goes_to
+
 
 PATHS = [
     # (turn, effort and settings, input, scripted model answers, path)

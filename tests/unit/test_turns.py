@@ -119,8 +119,7 @@ def test_a_turn_resets_every_run_field_it_does_not_write(toy_source, caplog):
         "planned_by",
         "effort",
         "requested_effort",
-        "judge",
-        "next_step",
+        "judging",
         "assistant_message",
         "activity_log",
         "response",
@@ -135,7 +134,11 @@ def test_a_turn_resets_every_run_field_it_does_not_write(toy_source, caplog):
             else spec.default
         )
         assert after_second.get(spec.name, default) == default, spec.name
-    assert after_second["next_step"] == "respond"  # no retrieval needed: straight to the reply
+    # no retrieval needed: straight to the reply, nothing searched or judged
+    assert [r["type"] for r in after_second["activity"]] == [
+        "modelQueryPlanning",
+        "agenticReasoning",
+    ]
     assert after_second["planned_by"] == "model"
     assert [m.content for m in after_second["messages"]][-1] == "You're welcome!"
     assert len(after_second["messages"]) == 4

@@ -10,9 +10,9 @@ auto:   begin_turn → judge_question → prepare_searches | plan_queries (not s
                                | assess_evidence (weak at low)
 ```
 
-Where a node has several ways out, it writes its choice (``next_step``) and
-:func:`~agentic_retrieval.graph.routing.follow` follows it; the lists here are what it may
-choose, what Studio draws.
+A node with several ways out returns a ``Command`` whose ``goto`` is its choice; its return
+annotation (``Command[Literal[...]]``) lists where it may go, which is what the graph draws
+and what mypy checks every ``goto`` against. The edges written here are the fixed ones.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from langgraph.graph.state import CompiledStateGraph
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.records import SearchTask
-from agentic_retrieval.graph.routing import follow
-from agentic_retrieval.graph.runtime import BoundNode, NodeBody
+from agentic_retrieval.graph.runtime import BoundNode, NodeBody, destinations
 from agentic_retrieval.graph.schema import described
 from agentic_retrieval.nodes.assess_evidence import assess_evidence
 from agentic_retrieval.nodes.begin_turn import begin_turn
@@ -111,7 +110,9 @@ def compile_graph(
 
     def add(body: NodeBody[Any], **options: Any) -> None:
         """Register ``body`` under its function's name, bound to ``bindings``."""
-        builder.add_node(body.__name__, BoundNode(body, bindings), **options)
+        builder.add_node(
+            body.__name__, BoundNode(body, bindings), destinations=destinations(body), **options
+        )
 
     add(begin_turn)
     add(judge_question)
@@ -125,20 +126,7 @@ def compile_graph(
     add(respond)
 
     builder.add_edge(START, "begin_turn")
-    builder.add_conditional_edges(
-        "begin_turn", follow, ["judge_question", "plan_queries", "prepare_searches"]
-    )
-    builder.add_conditional_edges("judge_question", follow, ["plan_queries", "prepare_searches"])
-    builder.add_conditional_edges("plan_queries", follow, ["prepare_searches", "respond"])
-    builder.add_conditional_edges("prepare_searches", follow, ["search", "rerank"])
     builder.add_edge("search", "rerank")
-    builder.add_conditional_edges(
-        "rerank", follow, ["assess_evidence", "judge_results", "synthesize", "respond"]
-    )
-    builder.add_conditional_edges(
-        "judge_results", follow, ["plan_queries", "assess_evidence", "synthesize"]
-    )
-    builder.add_conditional_edges("assess_evidence", follow, ["search", "synthesize"])
     builder.add_edge("synthesize", "respond")
     builder.add_edge("respond", END)
     return builder.compile(checkpointer=checkpointer, name=name)

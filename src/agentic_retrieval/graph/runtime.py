@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.config import get_config
 from langgraph.runtime import Runtime, get_runtime
-from langgraph.types import StreamWriter
+from langgraph.types import Command, StreamWriter
 
 from agentic_retrieval.context import DEFAULTS_KEY, Context
 from agentic_retrieval.graph.bindings import Bindings
@@ -77,11 +77,28 @@ class Run:
         self.writer(StepCompleted(record).to_stream())
 
 
-NodeBody = Callable[[InputT, Run], Awaitable[Update]]
-"""A node: its input (the state, or a ``Send`` payload) and the run, to a state update."""
+Output = Update | Command[Any]
+"""What a node returns: a state update, or a ``Command`` (an update and where the run goes)."""
+
+NodeBody = Callable[[InputT, Run], Awaitable[Output]]
+"""A node: its input (the state, or a ``Send`` payload) and the run, to a state update (or,
+for a node with several ways out, a ``Command`` naming where the run goes)."""
 
 
-class BoundNode(Runnable[InputT, Update], Generic[InputT]):
+def destinations(body: NodeBody[Any]) -> tuple[str, ...]:
+    """Where a node may send the run: its ``Command[Literal[...]]`` return annotation.
+
+    What LangGraph reads from a plain function node; read here because the builder registers
+    :class:`BoundNode`, whose own signature says nothing of the body's.
+    """
+    returned = get_type_hints(body).get("return")
+    if get_origin(returned) is not Command:
+        return ()
+    (ways,) = get_args(returned)  # a Literal (nested ones are flattened)
+    return get_args(ways) if get_origin(ways) is Literal else ()
+
+
+class BoundNode(Runnable[InputT, Output], Generic[InputT]):
     """A node body bound to the graph's live objects: what the builder registers.
 
     Args:
@@ -96,7 +113,7 @@ class BoundNode(Runnable[InputT, Update], Generic[InputT]):
 
     async def ainvoke(
         self, input: InputT, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Update:
+    ) -> Output:
         """Run the node (LangGraph calls this inside the run's config context)."""
         runtime = get_runtime(Context)
         run = Run(
@@ -104,7 +121,7 @@ class BoundNode(Runnable[InputT, Update], Generic[InputT]):
         )
         return await self.body(input, run)
 
-    def invoke(self, input: InputT, config: RunnableConfig | None = None, **kwargs: Any) -> Update:
+    def invoke(self, input: InputT, config: RunnableConfig | None = None, **kwargs: Any) -> Output:
         """Run the node from sync code, on the background loop (see the module docstring)."""
         return run_sync(self.ainvoke(input, config, **kwargs))
 

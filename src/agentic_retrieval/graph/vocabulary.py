@@ -25,6 +25,9 @@ ModelRole = Literal["planning", "evidence", "answer"]
 DropReason = Literal["threshold", "maxOutputDocuments", "outputSize"]
 """Why a retrieved document is not in the response: it scored under ``rerankerThreshold``, a
 ``maxOutputDocuments`` cap cut it, or it did not fit the output size budget."""
+Judging = Literal["evidence", "signals"]
+"""How a turn's reranked rounds are judged: the evidence model assesses them (``medium``), or
+the ``auto`` effort measures their signals (``judge_results``)."""
 JudgedStep = Literal["question", "results"]
 """What an ``auto`` decision judged: the question before searching, or a round's results."""
 

@@ -11,7 +11,10 @@ answers.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from langchain_core.messages import HumanMessage, SystemMessage
+from langgraph.types import Command, Send
 
 from agentic_retrieval.graph.bindings import allowed_sources
 from agentic_retrieval.graph.effort import within_budget
@@ -36,31 +39,29 @@ EVIDENCE_PASSAGE_CHARS = 24_000
 """Passage text shown to the evidence model (whole passages, best first)."""
 
 
-async def assess_evidence(state: RetrievalState, run: Run) -> Update:
+async def assess_evidence(
+    state: RetrievalState, run: Run
+) -> Command[Literal["search", "synthesize"]]:
     """Judge the evidence; schedule a follow-up round when it falls short and budget allows."""
     context = run.context
     left = remaining_seconds(state.started_at, context)
     if left <= 0:
-        return {"timed_out": True, "next_step": "synthesize"}
+        return Command(update=Update(timed_out=True), goto="synthesize")
     run.emit(Assessing(passages=len(state.ranked)))
     result, record = await _assess(state, run, left)
     run.complete(record)
     evidence = _to_evidence(result)
-    update: Update = {"evidence": evidence, "activity_log": [record], "next_step": "synthesize"}
+    update = Update(evidence=evidence, activity_log=[record])
     if evidence.is_sufficient or not within_budget(state.iteration, context):
-        return update
+        return Command(update=update, goto="synthesize")
     round_no = next_round(state.subqueries)
     followups = _followups(state, run, evidence, round_no)
     if not followups:
-        return update
+        return Command(update=update, goto="synthesize")
     run.emit(FollowingUp(subqueries=len(followups)))
-    return {
-        **update,
-        "subqueries": followups,
-        "iteration": state.iteration + 1,
-        "searches": build_tasks(followups, state.source_params, context, state.started_at or 0.0),
-        "next_step": "search",
-    }
+    tasks = build_tasks(followups, state.source_params, context, state.started_at or 0.0)
+    update["subqueries"], update["iteration"] = followups, state.iteration + 1
+    return Command(update=update, goto=[Send("search", task) for task in tasks])
 
 
 async def _assess(

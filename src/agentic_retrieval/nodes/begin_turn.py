@@ -18,6 +18,9 @@ it (:func:`~agentic_retrieval.graph.effort.planner_for`), and sends the run on:
 from __future__ import annotations
 
 import time
+from typing import Literal
+
+from langgraph.types import Command
 
 from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.graph.effort import choose_effort, planner_for
@@ -28,7 +31,9 @@ from agentic_retrieval.nodes._shared import last_user_text
 from agentic_retrieval.state import RetrievalState, Update
 
 
-async def begin_turn(state: RetrievalState, run: Run) -> Update:
+async def begin_turn(
+    state: RetrievalState, run: Run
+) -> Command[Literal["judge_question", "plan_queries", "prepare_searches"]]:
     """Reset the run fields, record this turn and choose the first step."""
     intents = [i.strip() for i in state.intents if i and i.strip()]
     can_plan = run.bindings.models.is_configured("planning", run.context)
@@ -50,17 +55,15 @@ async def begin_turn(state: RetrievalState, run: Run) -> Update:
     if planner == "model":
         if not question:
             raise InvalidRequestError("nothing to retrieve: 'messages' holds no text")
-        judge = "assess_evidence" if choice.effort == "medium" else None
-        return {**update, "next_step": "plan_queries", "judge": judge}
+        if choice.effort == "medium":
+            update["judging"] = "evidence"
+        return Command(update=update, goto="plan_queries")
     texts = intents or ([question] if question else [])
     if not texts:
         raise InvalidRequestError("nothing to retrieve: pass 'messages' or 'intents'")
     planned = [Subquery(id=f"q0.{i}", text=t) for i, t in enumerate(texts)]
+    update["planned"] = planned
     if choice.auto:
-        return {
-            **update,
-            "planned": planned,
-            "next_step": "judge_question",
-            "judge": "judge_results",
-        }
-    return {**update, "planned": planned, "next_step": "prepare_searches"}
+        update["judging"] = "signals"
+        return Command(update=update, goto="judge_question")
+    return Command(update=update, goto="prepare_searches")

@@ -11,6 +11,10 @@ signals are recorded in ``tier_decisions`` (and in the ``agenticReasoning`` reco
 
 from __future__ import annotations
 
+from typing import Literal
+
+from langgraph.types import Command
+
 from agentic_retrieval.graph.effort import needs_planning, question_signals, searchable_reason
 from agentic_retrieval.graph.events import Escalating
 from agentic_retrieval.graph.records import TierDecision
@@ -18,7 +22,9 @@ from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.state import RetrievalState, Update
 
 
-async def judge_question(state: RetrievalState, run: Run) -> Update:
+async def judge_question(
+    state: RetrievalState, run: Run
+) -> Command[Literal["plan_queries", "prepare_searches"]]:
     """Decide whether the question is searched as asked or planned first."""
     signals = question_signals(state.messages, state.question)
     reason = needs_planning(signals, run.context)
@@ -30,11 +36,7 @@ async def judge_question(state: RetrievalState, run: Run) -> Update:
         signals=signals.as_record(),
     )
     if not reason:
-        return {"tier_decisions": [decision], "next_step": "prepare_searches"}
+        return Command(update=Update(tier_decisions=[decision]), goto="prepare_searches")
     run.emit(Escalating(to="low", reason=reason))
-    return {
-        "tier_decisions": [decision],
-        "effort": "low",
-        "planned_by": "model",
-        "next_step": "plan_queries",
-    }
+    escalated = Update(tier_decisions=[decision], effort="low", planned_by="model")
+    return Command(update=escalated, goto="plan_queries")

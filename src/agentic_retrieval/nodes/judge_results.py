@@ -13,6 +13,10 @@ planning (``plan_queries``); weak planned results escalate to evidence assessmen
 
 from __future__ import annotations
 
+from typing import Literal
+
+from langgraph.types import Command
+
 from agentic_retrieval.graph.effort import NEXT_TIER, result_signals, strong_reason, weaknesses
 from agentic_retrieval.graph.events import Escalating
 from agentic_retrieval.graph.records import TierDecision
@@ -21,7 +25,9 @@ from agentic_retrieval.nodes._shared import remaining_seconds, searched_sources,
 from agentic_retrieval.state import RetrievalState, Update
 
 
-async def judge_results(state: RetrievalState, run: Run) -> Update:
+async def judge_results(
+    state: RetrievalState, run: Run
+) -> Command[Literal["synthesize", "plan_queries", "assess_evidence"]]:
     """Decide whether to stop here or escalate one tier."""
     context = run.context
     tier = state.effort or "minimal"
@@ -41,22 +47,14 @@ async def judge_results(state: RetrievalState, run: Run) -> Update:
         signals=signals.as_record(),
     )
     if escalate_to is None:
-        return {"tier_decisions": [decision], "next_step": "synthesize"}
+        return Command(update=Update(tier_decisions=[decision]), goto="synthesize")
     run.emit(Escalating(to=escalate_to, reason=reason))
     if escalate_to == "low":
-        return {
-            "tier_decisions": [decision],
-            "effort": "low",
-            "planned_by": "model",
-            "next_step": "plan_queries",
-        }
+        escalated = Update(tier_decisions=[decision], effort="low", planned_by="model")
+        return Command(update=escalated, goto="plan_queries")
     # medium: the evidence is assessed, now and after every follow-up round
-    return {
-        "tier_decisions": [decision],
-        "effort": "medium",
-        "judge": "assess_evidence",
-        "next_step": "assess_evidence",
-    }
+    escalated = Update(tier_decisions=[decision], effort="medium", judging="evidence")
+    return Command(update=escalated, goto="assess_evidence")
 
 
 def _threshold_dropped(state: RetrievalState) -> bool:

@@ -15,7 +15,10 @@ filter that does not parse is dropped (the caller's filter still applies). The r
 
 from __future__ import annotations
 
+from typing import Literal
+
 from langchain_core.messages import HumanMessage, SystemMessage
+from langgraph.types import Command
 
 from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.graph.events import Planning
@@ -36,7 +39,9 @@ from agentic_retrieval.sources.base import FilterableKnowledgeSource
 from agentic_retrieval.state import RetrievalState, Update
 
 
-async def plan_queries(state: RetrievalState, run: Run) -> Update:
+async def plan_queries(
+    state: RetrievalState, run: Run
+) -> Command[Literal["prepare_searches", "respond"]]:
     """Plan the question, or reply when no retrieval is needed."""
     context = run.context
     run.emit(Planning(question=state.question))
@@ -71,7 +76,9 @@ async def plan_queries(state: RetrievalState, run: Run) -> Update:
         reply = plan.assistant_message.strip() or "How can I help?"
         record = record.model_copy(update={"assistant_message": reply})
         run.complete(record)
-        return {"assistant_message": reply, "activity_log": [record], "next_step": "respond"}
+        return Command(
+            update=Update(assistant_message=reply, activity_log=[record]), goto="respond"
+        )
     planned = [
         Subquery(
             id=f"q0.{i}",
@@ -99,7 +106,7 @@ async def plan_queries(state: RetrievalState, run: Run) -> Update:
     if record.error is None and degraded is not None:
         record = record.model_copy(update={"error": degraded})
     run.complete(record)
-    return {"planned": planned, "activity_log": [record], "next_step": "prepare_searches"}
+    return Command(update=Update(planned=planned, activity_log=[record]), goto="prepare_searches")
 
 
 def _drop_malformed_filters(planned: list[Subquery]) -> tuple[list[Subquery], list[str]]:

@@ -10,6 +10,10 @@ source, and writes one search task per (subquery, source). The graph fans the ta
 
 from __future__ import annotations
 
+from typing import Literal
+
+from langgraph.types import Command, Send
+
 from agentic_retrieval.graph.bindings import allowed_sources
 from agentic_retrieval.graph.events import Searching
 from agentic_retrieval.graph.runtime import Run
@@ -17,7 +21,7 @@ from agentic_retrieval.nodes._shared import build_tasks, next_round, resolve_sub
 from agentic_retrieval.state import RetrievalState, Update
 
 
-async def prepare_searches(state: RetrievalState, run: Run) -> Update:
+async def prepare_searches(state: RetrievalState, run: Run) -> Command[Literal["search", "rerank"]]:
     """Resolve sources and limits for the planned subqueries of this round."""
     context = run.context
     params = state.source_params
@@ -33,9 +37,7 @@ async def prepare_searches(state: RetrievalState, run: Run) -> Update:
     resolved = resolve_subqueries(planned, allowed, always, limit)
     run.emit(Searching(subqueries=len(resolved), searches=sum(len(s.sources) for s in resolved)))
     tasks = build_tasks(resolved, params, context, state.started_at or 0.0)
-    return {
-        "subqueries": resolved,
-        "planned": [],
-        "searches": tasks,
-        "next_step": "search" if tasks else "rerank",
-    }
+    update = Update(subqueries=resolved, planned=[])
+    if not tasks:
+        return Command(update=update, goto="rerank")
+    return Command(update=update, goto=[Send("search", task) for task in tasks])

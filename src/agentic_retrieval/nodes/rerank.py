@@ -18,6 +18,9 @@ import asyncio
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import Literal
+
+from langgraph.types import Command
 
 from agentic_retrieval.context import Context, applied_threshold, threshold_rule
 from agentic_retrieval.graph.effort import result_signals
@@ -31,7 +34,7 @@ from agentic_retrieval.graph.records import (
     SourceParams,
 )
 from agentic_retrieval.graph.runtime import Run
-from agentic_retrieval.graph.vocabulary import DropReason
+from agentic_retrieval.graph.vocabulary import DropReason, Judging
 from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.nodes._shared import (
     next_round,
@@ -58,10 +61,14 @@ SKETCH_OVERLAP = SKETCH_SIZE // 2
 the expected overlap is ~15 of 16, so 8 misses almost no true pair."""
 
 
-async def rerank(state: RetrievalState, run: Run) -> Update:
+Judge = Literal["assess_evidence", "judge_results", "synthesize"]
+"""Who judges a reranked round: the evidence model, the ``auto`` effort's signals, or nobody."""
+
+
+async def rerank(state: RetrievalState, run: Run) -> Command[Literal[Judge, "respond"]]:
     """Rank all candidates retrieved so far; the run goes on to the round's judge."""
     if state.failure:  # a failOnError source failed: the request fails, nothing to rank
-        return {"next_step": "respond"}
+        return Command(goto="respond")
     context, reranker = run.context, run.bindings.reranker
     key = f"rerank:{next_round(state.subqueries) - 1}"
     step = run.begin(key, RerankActivity)
@@ -104,15 +111,18 @@ async def rerank(state: RetrievalState, run: Run) -> Update:
         usage=usage,
     )
     run.complete(record)
-    update: Update = {
-        "ranked": selection,
-        "drops": drops,
-        "activity_log": [record],
-        "next_step": state.judge or "synthesize",
-    }
+    update = Update(ranked=selection, drops=drops, activity_log=[record])
     if timed_out:
         update["timed_out"] = True
-    return update
+    return Command(update=update, goto=JUDGES[state.judging])
+
+
+JUDGES: dict[Judging | None, Judge] = {
+    "evidence": "assess_evidence",
+    "signals": "judge_results",
+    None: "synthesize",
+}
+"""The node that judges a round, by how the turn's rounds are judged (``judging``)."""
 
 
 def select(
