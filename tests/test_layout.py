@@ -144,7 +144,7 @@ def test_no_node_imports_another_node_or_the_wiring():
         other_node = in_layer(imported, ("nodes",)) and not imported.rsplit(".", 1)[-1].startswith(
             "_"
         )
-        wiring = imported in (f"{PACKAGE}.graph.builder", f"{PACKAGE}.graph.routing")
+        wiring = imported in (f"{PACKAGE}.graph.builder", f"{PACKAGE}.graph.runtime")
         return (other_node and imported != f"{PACKAGE}.nodes") or wiring
 
     assert violations(wrong) == []

@@ -53,11 +53,13 @@ def test_adding_a_node_touches_its_module_the_builder_and_the_deciding_node(tmp_
         textwrap.dedent('''
         """count_words: how many words the question has (a recipe check)."""
 
-        from agentic_retrieval.graph.runtime import Run
+        from langgraph.runtime import Runtime
+
+        from agentic_retrieval.context import Context
         from agentic_retrieval.state import RetrievalState, Update
 
 
-        async def count_words(state: RetrievalState, run: Run) -> Update:
+        async def count_words(state: RetrievalState, runtime: Runtime[Context]) -> Update:
             """Leave the state as it is; the test sees that the node ran."""
             return {}
         '''),

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import time
 import typing
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 from tests.fakes import TOY_DOCS, FailingSource
 
 from agentic_retrieval import Context, InMemoryKnowledgeSource, build_graph
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.records import RankedHit, Subquery
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.nodes.assess_evidence import assess_evidence
 from agentic_retrieval.nodes.begin_turn import begin_turn
 from agentic_retrieval.nodes.judge_question import judge_question
@@ -185,7 +186,11 @@ def decide(node: Any, state: RetrievalState, context: Context, script: dict[str,
     bindings = Bindings.create(
         [InMemoryKnowledgeSource("transit", TOY_DOCS)], chat_model=ScriptedChatModel(script=script)
     )
-    command = asyncio.run(node(state, Run(context, bindings, {}, lambda _: None)))
+    declared = inspect.signature(node).parameters
+    given = {"bindings": bindings, "config": {}}
+    runtime = Runtime(context=context, stream_writer=lambda _: None)
+    extra = {name: value for name, value in given.items() if name in declared}
+    command = asyncio.run(node(state, runtime, **extra))
     assert isinstance(command, Command)
     if isinstance(command.goto, list):
         return [(s.node, s.arg.subquery.text, s.arg.source) for s in command.goto]

@@ -1,18 +1,9 @@
-"""Wiring only: the graph as drawn in docs/ARCHITECTURE.md.
+"""Wiring only: the nodes, the fixed edges, and the schemas the graph publishes.
 
-```
-START → begin_turn → prepare_searches → search × N (Send) → rerank → synthesize → respond → END
-        begin_turn → plan_queries → prepare_searches | respond (no retrieval needed)
-                                                  rerank → assess_evidence (medium)
-                                assess_evidence → search × N (follow-ups) | synthesize
-auto:   begin_turn → judge_question → prepare_searches | plan_queries (not searchable as is)
-        rerank → judge_results → synthesize | plan_queries (weak at minimal)
-                               | assess_evidence (weak at low)
-```
-
-A node with several ways out returns a ``Command`` whose ``goto`` is its choice; its return
-annotation (``Command[Literal[...]]``) lists where it may go, which is what the graph draws
-and what mypy checks every ``goto`` against. The edges written here are the fixed ones.
+The graph as built is drawn in ``tests/unit/snapshots/graph.mmd`` (a test keeps the two the
+same). A node with several ways out returns a ``Command`` whose ``goto`` is its choice; its
+return annotation (``Command[Literal[...]]``) lists where it may go, which is what the graph
+draws and what mypy checks every ``goto`` against. The edges written here are the fixed ones.
 """
 
 from __future__ import annotations
@@ -103,12 +94,15 @@ def compile_graph(
         RetrievalState,
         input_schema=described(InputState),  # Studio's input form shows field descriptions
         output_schema=described(OutputState),
-        # a TypedDict, not the dataclass: LangGraph would build a Context from a dict context
-        # itself, and BoundNode could no longer fill in what it leaves unset
+        # a TypedDict of Context's fields, not the dataclass: LangGraph would build a Context
+        # from a dict context itself (Context(**given)), so the knowledge base's defaults
+        # could not fill in what it leaves unset and a misspelt field would be a TypeError;
+        # BoundNode builds it (resolve_context). The published schema is the same bar one
+        # field (the dataclass's loses reranker_threshold's bounds and default).
         context_schema=described(Context),
     )
 
-    def add(body: NodeBody[Any], **options: Any) -> None:
+    def add(body: NodeBody, **options: Any) -> None:
         """Register ``body`` under its function's name, bound to ``bindings``."""
         builder.add_node(
             body.__name__, BoundNode(body, bindings), destinations=destinations(body), **options

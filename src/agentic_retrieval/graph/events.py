@@ -1,6 +1,6 @@
 """What the graph streams while it runs (``stream_mode="custom"``): typed events.
 
-Nodes emit these through :meth:`agentic_retrieval.graph.runtime.Run.emit`; each is written to
+Nodes write these with :func:`emit`, :func:`begin` and :func:`complete`; each is written to
 the stream as the plain dict :meth:`to_stream` gives (the shape README.md documents, and what
 LangGraph Studio shows):
 
@@ -23,9 +23,11 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, get_args
 
+from langgraph.runtime import Runtime
 from pydantic.alias_generators import to_camel
 
-from agentic_retrieval.graph.records import AnyActivity, timestamp
+from agentic_retrieval.graph.records import Activity, AnyActivity, timestamp
+from agentic_retrieval.sources.base import KnowledgeSource
 
 ACTIVITY_STARTED = "activity.started"
 ACTIVITY_COMPLETED = "activity.completed"
@@ -214,3 +216,41 @@ def step_clock() -> float:
     with _clock_lock:
         _last_step_start = max(time.time(), _last_step_start + 1e-6)
         return _last_step_start
+
+
+# --- what a node calls to write them (to the run's custom stream) ----------------------------
+
+
+def emit(runtime: Runtime[Any], note: ProgressNote) -> None:
+    """Write a progress note to the run's custom stream."""
+    runtime.stream_writer(note.to_stream())
+
+
+def begin(
+    runtime: Runtime[Any],
+    key: str,
+    record: type[Activity],
+    *,
+    source: KnowledgeSource | None = None,
+) -> StepStarted:
+    """Announce a step whose record will be of class ``record``, and start its clock.
+
+    Args:
+        runtime: The node's runtime (its stream writer).
+        key: The record's key.
+        record: The record's class (its wire ``type`` is announced).
+        source: The knowledge source a search step queries.
+    """
+    step = StepStarted(
+        key=key,
+        type=record.announced_type(source.kind if source is not None else None),
+        started=step_clock(),
+        source=source.name if source is not None else None,
+    )
+    runtime.stream_writer(step.to_stream())
+    return step
+
+
+def complete(runtime: Runtime[Any], record: AnyActivity) -> None:
+    """Report a finished step with its record."""
+    runtime.stream_writer(StepCompleted(record).to_stream())

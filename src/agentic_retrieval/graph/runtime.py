@@ -1,91 +1,50 @@
-"""What a node gets besides its input, and the one adapter that hands it over.
+"""How the builder registers a node: the one adapter between LangGraph and the node bodies.
 
-Every node is an ``async def node(state, run: Run) -> Update``: ``run.context`` is the run's
-:class:`~agentic_retrieval.context.Context` (resolved once, whether the caller passed a
-``Context``, a dict from Studio or only ``config["configurable"]``), ``run.bindings`` the
-sources, chat models and reranker the graph was built over, ``run.config`` what model calls
-forward (callbacks, tracing), and ``run.emit`` / ``run.begin`` / ``run.complete`` write the
-typed events of :mod:`agentic_retrieval.graph.events` to the custom stream.
+A node is a LangGraph node: ``async def node(state, runtime: Runtime[Context]) -> Update``
+(or ``-> Command[Literal[...]]`` when it has several ways out). ``runtime.context`` is the
+run's :class:`~agentic_retrieval.context.Context`; progress and activity steps go to
+``runtime.stream_writer`` through :mod:`agentic_retrieval.graph.events`. Two more
+parameters, by name as LangGraph's own ``config`` is: ``bindings``, the sources, chat models
+and reranker the graph was built over (:class:`~agentic_retrieval.graph.bindings.Bindings`,
+fixed at build time, never in the state or the context), and ``config``, what model calls
+forward (callbacks, tracing).
 
-:class:`BoundNode` is what the builder registers: a LangChain ``Runnable`` (public API only)
-running the node on ``ainvoke`` and, for ``invoke`` / ``stream``, on the library's background
-event loop (:func:`~agentic_retrieval.graph.sync.run_sync`), so the same graph serves sync
-and async callers, Jupyter included.
+:class:`BoundNode` is what the builder registers for each node, for two things LangGraph
+does not do itself: it hands the node the graph's ``bindings``, and it runs the node from
+sync code (``invoke`` / ``stream``) on the library's background event loop
+(:func:`~agentic_retrieval.graph.sync.run_sync`), so the same graph serves sync and async
+callers, Jupyter included. It also turns a context given as a dict (Studio's configuration
+panel) or only as ``config["configurable"]`` into a :class:`Context`
+(:func:`resolve_context`), so every node reads the same typed settings.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.config import get_config
 from langgraph.runtime import Runtime, get_runtime
-from langgraph.types import Command, StreamWriter
+from langgraph.types import Command
 
 from agentic_retrieval.context import DEFAULTS_KEY, Context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.graph.events import (
-    AnyProgress,
-    StepCompleted,
-    StepStarted,
-    step_clock,
-)
-from agentic_retrieval.graph.records import Activity, AnyActivity
 from agentic_retrieval.graph.sync import run_sync
-from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import Update
 
 InputT = TypeVar("InputT")
 
-
-@dataclass(frozen=True)
-class Run:
-    """One node's view of the run: its settings, the bound live objects, the stream."""
-
-    context: Context
-    bindings: Bindings
-    config: RunnableConfig
-    writer: StreamWriter
-
-    def emit(self, note: AnyProgress) -> None:
-        """Write a progress note to the custom stream."""
-        self.writer(note.to_stream())
-
-    def begin(
-        self, key: str, record: type[Activity], *, source: KnowledgeSource | None = None
-    ) -> StepStarted:
-        """Announce a step whose record will be of class ``record``, and start its clock.
-
-        Args:
-            key: The record's key.
-            record: The record's class (its wire ``type`` is announced).
-            source: The knowledge source a search step queries.
-        """
-        step = StepStarted(
-            key=key,
-            type=record.announced_type(source.kind if source is not None else None),
-            started=step_clock(),
-            source=source.name if source is not None else None,
-        )
-        self.writer(step.to_stream())
-        return step
-
-    def complete(self, record: AnyActivity) -> None:
-        """Report a finished step with its record."""
-        self.writer(StepCompleted(record).to_stream())
-
-
 Output = Update | Command[Any]
 """What a node returns: a state update, or a ``Command`` (an update and where the run goes)."""
 
-NodeBody = Callable[[InputT, Run], Awaitable[Output]]
-"""A node: its input (the state, or a ``Send`` payload) and the run, to a state update (or,
-for a node with several ways out, a ``Command`` naming where the run goes)."""
+NodeBody = Callable[..., Awaitable[Output]]
+"""A node: its input (the state, or a ``Send`` payload) and ``runtime: Runtime[Context]``, with
+``bindings`` and ``config`` when it declares them, to a state update or a ``Command``."""
 
 
-def destinations(body: NodeBody[Any]) -> tuple[str, ...]:
+def destinations(body: NodeBody) -> tuple[str, ...]:
     """Where a node may send the run: its ``Command[Literal[...]]`` return annotation.
 
     What LangGraph reads from a plain function node; read here because the builder registers
@@ -106,27 +65,33 @@ class BoundNode(Runnable[InputT, Output], Generic[InputT]):
         bindings: The sources, chat models and reranker every run of the graph uses.
     """
 
-    def __init__(self, body: NodeBody[InputT], bindings: Bindings) -> None:
+    def __init__(self, body: NodeBody, bindings: Bindings) -> None:
         self.body = body
-        self.bindings = bindings
         self.name = body.__name__
+        self.bound = {"bindings": bindings} if _declares(body, "bindings") else {}
+        self.wants_config = _declares(body, "config")
 
     async def ainvoke(
         self, input: InputT, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Output:
         """Run the node (LangGraph calls this inside the run's config context)."""
-        runtime = get_runtime(Context)
-        run = Run(
-            resolve_context(runtime), self.bindings, ensure_config(config), runtime.stream_writer
-        )
-        return await self.body(input, run)
+        runtime: Runtime[Any] = get_runtime()
+        if not isinstance(runtime.context, Context):
+            runtime = runtime.override(context=resolve_context(runtime))
+        if self.wants_config:
+            return await self.body(input, runtime, config=ensure_config(config), **self.bound)
+        return await self.body(input, runtime, **self.bound)
 
     def invoke(self, input: InputT, config: RunnableConfig | None = None, **kwargs: Any) -> Output:
         """Run the node from sync code, on the background loop (see the module docstring)."""
         return run_sync(self.ainvoke(input, config, **kwargs))
 
 
-def resolve_context(runtime: Runtime[Context] | None) -> Context:
+def _declares(body: NodeBody, name: str) -> bool:
+    return name in inspect.signature(body).parameters
+
+
+def resolve_context(runtime: Runtime[Any] | None) -> Context:
     """The run's Context: ``context=`` when given, else ``config["configurable"]``.
 
     Both ways of configuring a LangGraph run work: ``graph.invoke(x, context=Context(...))``

@@ -14,13 +14,15 @@ from __future__ import annotations
 from typing import Literal
 
 from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
-from agentic_retrieval.graph.bindings import allowed_sources
+from agentic_retrieval.context import Context
+from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.graph.effort import within_budget
-from agentic_retrieval.graph.events import Assessing, FollowingUp
+from agentic_retrieval.graph.events import Assessing, FollowingUp, begin, complete, emit
 from agentic_retrieval.graph.records import EvidenceActivity, Subquery
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.nodes._output import format_passages
@@ -40,42 +42,46 @@ EVIDENCE_PASSAGE_CHARS = 24_000
 
 
 async def assess_evidence(
-    state: RetrievalState, run: Run
+    state: RetrievalState, runtime: Runtime[Context], bindings: Bindings, config: RunnableConfig
 ) -> Command[Literal["search", "synthesize"]]:
     """Judge the evidence; schedule a follow-up round when it falls short and budget allows."""
-    context = run.context
+    context = runtime.context
     left = remaining_seconds(state.started_at, context)
     if left <= 0:
         return Command(update=Update(timed_out=True), goto="synthesize")
-    run.emit(Assessing(passages=len(state.ranked)))
-    result, record = await _assess(state, run, left)
-    run.complete(record)
+    emit(runtime, Assessing(passages=len(state.ranked)))
+    result, record = await _assess(state, runtime, bindings, config, left)
+    complete(runtime, record)
     evidence = _to_evidence(result)
     update = Update(evidence=evidence, activity_log=[record])
     if evidence.is_sufficient or not within_budget(state.iteration, context):
         return Command(update=update, goto="synthesize")
     round_no = next_round(state.subqueries)
-    followups = _followups(state, run, evidence, round_no)
+    followups = _followups(state, runtime.context, bindings, evidence, round_no)
     if not followups:
         return Command(update=update, goto="synthesize")
-    run.emit(FollowingUp(subqueries=len(followups)))
+    emit(runtime, FollowingUp(subqueries=len(followups)))
     tasks = build_tasks(followups, state.source_params, context, state.started_at or 0.0)
     update["subqueries"], update["iteration"] = followups, state.iteration + 1
     return Command(update=update, goto=[Send("search", task) for task in tasks])
 
 
 async def _assess(
-    state: RetrievalState, run: Run, left: float
+    state: RetrievalState,
+    runtime: Runtime[Context],
+    bindings: Bindings,
+    config: RunnableConfig,
+    left: float,
 ) -> tuple[EvidenceAssessment | None, EvidenceActivity]:
-    context = run.context
-    model = run.bindings.models.resolve("evidence", context)
+    context = runtime.context
+    model = bindings.models.resolve("evidence", context)
     previous = "; ".join(s.text for s in state.subqueries) or "none"
     prompt = context.evidence_prompt.format(
         today=today(), max_subqueries=context.max_subqueries, previous_queries=previous
     )
     passages, _ = format_passages(state.ranked, EVIDENCE_PASSAGE_CHARS)
     key = f"evidence:{state.iteration}"
-    step = run.begin(key, EvidenceActivity)
+    step = begin(runtime, key, EvidenceActivity)
     result = await structured_call(
         model,
         EvidenceAssessment,
@@ -83,7 +89,7 @@ async def _assess(
             SystemMessage(prompt),
             HumanMessage(f"Question: {state.question}\n\nPassages:\n{passages or '(none found)'}"),
         ],
-        config=run.config,
+        config=config,
         timeout=left,
     )
     value = result.value
@@ -108,11 +114,15 @@ def _to_evidence(result: EvidenceAssessment | None) -> EvidenceAssessment:
 
 
 def _followups(
-    state: RetrievalState, run: Run, evidence: EvidenceAssessment, round_no: int
+    state: RetrievalState,
+    context: Context,
+    bindings: Bindings,
+    evidence: EvidenceAssessment,
+    round_no: int,
 ) -> list[Subquery]:
     """The next round's subqueries: new texts only, over the sources the first round used."""
-    context, params = run.context, state.source_params
-    allowed = allowed_sources(run.bindings, context, params)
+    params = state.source_params
+    allowed = allowed_sources(bindings, context, params)
     used = {s for q in state.subqueries for s in q.sources}
     sources = tuple(n for n in allowed if n in used) or tuple(allowed)
     always = [n for n in allowed if n in params and params[n].always_query_source]

@@ -20,25 +20,27 @@ from __future__ import annotations
 import time
 from typing import Literal
 
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidRequestError
+from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.effort import choose_effort, planner_for
 from agentic_retrieval.graph.records import Subquery, parse_source_params
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.graph.schema import run_reset
 from agentic_retrieval.nodes._shared import last_user_text
 from agentic_retrieval.state import RetrievalState, Update
 
 
 async def begin_turn(
-    state: RetrievalState, run: Run
+    state: RetrievalState, runtime: Runtime[Context], bindings: Bindings
 ) -> Command[Literal["judge_question", "plan_queries", "prepare_searches"]]:
     """Reset the run fields, record this turn and choose the first step."""
     intents = [i.strip() for i in state.intents if i and i.strip()]
-    can_plan = run.bindings.models.is_configured("planning", run.context)
+    can_plan = bindings.models.is_configured("planning", runtime.context)
     choice = choose_effort(
-        run.context.reasoning_effort, has_intents=bool(intents), can_plan=can_plan
+        runtime.context.reasoning_effort, has_intents=bool(intents), can_plan=can_plan
     )
     planner = planner_for(bool(intents), choice.effort)
     question = last_user_text(state.messages) or "; ".join(intents)

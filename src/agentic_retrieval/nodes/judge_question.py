@@ -13,21 +13,22 @@ from __future__ import annotations
 
 from typing import Literal
 
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.graph.effort import needs_planning, question_signals, searchable_reason
-from agentic_retrieval.graph.events import Escalating
+from agentic_retrieval.graph.events import Escalating, emit
 from agentic_retrieval.graph.records import TierDecision
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.state import RetrievalState, Update
 
 
 async def judge_question(
-    state: RetrievalState, run: Run
+    state: RetrievalState, runtime: Runtime[Context]
 ) -> Command[Literal["plan_queries", "prepare_searches"]]:
     """Decide whether the question is searched as asked or planned first."""
     signals = question_signals(state.messages, state.question)
-    reason = needs_planning(signals, run.context)
+    reason = needs_planning(signals, runtime.context)
     decision = TierDecision(
         step="question",
         tier="minimal",
@@ -37,6 +38,6 @@ async def judge_question(
     )
     if not reason:
         return Command(update=Update(tier_decisions=[decision]), goto="prepare_searches")
-    run.emit(Escalating(to="low", reason=reason))
+    emit(runtime, Escalating(to="low", reason=reason))
     escalated = Update(tier_decisions=[decision], effort="low", planned_by="model")
     return Command(update=escalated, goto="plan_queries")

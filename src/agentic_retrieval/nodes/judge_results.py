@@ -15,21 +15,22 @@ from __future__ import annotations
 
 from typing import Literal
 
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.graph.effort import NEXT_TIER, result_signals, strong_reason, weaknesses
-from agentic_retrieval.graph.events import Escalating
+from agentic_retrieval.graph.events import Escalating, emit
 from agentic_retrieval.graph.records import TierDecision
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.nodes._shared import remaining_seconds, searched_sources, searched_text
 from agentic_retrieval.state import RetrievalState, Update
 
 
 async def judge_results(
-    state: RetrievalState, run: Run
+    state: RetrievalState, runtime: Runtime[Context]
 ) -> Command[Literal["synthesize", "plan_queries", "assess_evidence"]]:
     """Decide whether to stop here or escalate one tier."""
-    context = run.context
+    context = runtime.context
     tier = state.effort or "minimal"
     signals = result_signals(
         state.ranked, searched_text(state), searched_sources(state), context.auto_top_k
@@ -48,7 +49,7 @@ async def judge_results(
     )
     if escalate_to is None:
         return Command(update=Update(tier_decisions=[decision]), goto="synthesize")
-    run.emit(Escalating(to=escalate_to, reason=reason))
+    emit(runtime, Escalating(to=escalate_to, reason=reason))
     if escalate_to == "low":
         escalated = Update(tier_decisions=[decision], effort="low", planned_by="model")
         return Command(update=escalated, goto="plan_queries")

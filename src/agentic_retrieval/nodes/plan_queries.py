@@ -18,12 +18,14 @@ from __future__ import annotations
 from typing import Literal
 
 from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings, allowed_sources
-from agentic_retrieval.graph.events import Planning
+from agentic_retrieval.graph.events import Planning, begin, complete, emit
 from agentic_retrieval.graph.records import ErrorInfo, PlanningActivity, Subquery
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.llm import prompts
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import QueryPlan
@@ -40,27 +42,27 @@ from agentic_retrieval.state import RetrievalState, Update
 
 
 async def plan_queries(
-    state: RetrievalState, run: Run
+    state: RetrievalState, runtime: Runtime[Context], bindings: Bindings, config: RunnableConfig
 ) -> Command[Literal["prepare_searches", "respond"]]:
     """Plan the question, or reply when no retrieval is needed."""
-    context = run.context
-    run.emit(Planning(question=state.question))
-    model = run.bindings.models.resolve("planning", context)
-    allowed = allowed_sources(run.bindings, context, state.source_params)
+    context = runtime.context
+    emit(runtime, Planning(question=state.question))
+    model = bindings.models.resolve("planning", context)
+    allowed = allowed_sources(bindings, context, state.source_params)
     prompt = context.routing_prompt.format(
         today=today(),
         max_subqueries=context.max_subqueries,
-        sources=_describe_sources(run.bindings, allowed),
+        sources=_describe_sources(bindings, allowed),
     )
     prompt = with_instructions(
         prompt, prompts.RETRIEVAL_INSTRUCTIONS_SECTION, context.retrieval_instructions
     )
-    step = run.begin("plan", PlanningActivity)
+    step = begin(runtime, "plan", PlanningActivity)
     result = await structured_call(
         model,
         QueryPlan,
         [SystemMessage(prompt), HumanMessage(transcript(state.messages))],
-        config=run.config,
+        config=config,
         timeout=remaining_seconds(state.started_at, context),
     )
     plan = result.value
@@ -75,7 +77,7 @@ async def plan_queries(
     if plan is not None and not plan.needs_retrieval:
         reply = plan.assistant_message.strip() or "How can I help?"
         record = record.model_copy(update={"assistant_message": reply})
-        run.complete(record)
+        complete(runtime, record)
         return Command(
             update=Update(assistant_message=reply, activity_log=[record]), goto="respond"
         )
@@ -105,7 +107,7 @@ async def plan_queries(
         )
     if record.error is None and degraded is not None:
         record = record.model_copy(update={"error": degraded})
-    run.complete(record)
+    complete(runtime, record)
     return Command(update=Update(planned=planned, activity_log=[record]), goto="prepare_searches")
 
 

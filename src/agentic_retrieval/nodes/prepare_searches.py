@@ -12,20 +12,23 @@ from __future__ import annotations
 
 from typing import Literal
 
+from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
-from agentic_retrieval.graph.bindings import allowed_sources
-from agentic_retrieval.graph.events import Searching
-from agentic_retrieval.graph.runtime import Run
+from agentic_retrieval.context import Context
+from agentic_retrieval.graph.bindings import Bindings, allowed_sources
+from agentic_retrieval.graph.events import Searching, emit
 from agentic_retrieval.nodes._shared import build_tasks, next_round, resolve_subqueries
 from agentic_retrieval.state import RetrievalState, Update
 
 
-async def prepare_searches(state: RetrievalState, run: Run) -> Command[Literal["search", "rerank"]]:
+async def prepare_searches(
+    state: RetrievalState, runtime: Runtime[Context], bindings: Bindings
+) -> Command[Literal["search", "rerank"]]:
     """Resolve sources and limits for the planned subqueries of this round."""
-    context = run.context
+    context = runtime.context
     params = state.source_params
-    allowed = allowed_sources(run.bindings, context, params)
+    allowed = allowed_sources(bindings, context, params)
     always = [n for n in allowed if params.get(n) and params[n].always_query_source]
     # the caller's own plan (intents) runs in full
     limit = len(state.planned) if state.planned_by == "caller" else context.max_subqueries
@@ -35,7 +38,9 @@ async def prepare_searches(state: RetrievalState, run: Run) -> Command[Literal["
         for i, s in enumerate(state.planned)
     ]
     resolved = resolve_subqueries(planned, allowed, always, limit)
-    run.emit(Searching(subqueries=len(resolved), searches=sum(len(s.sources) for s in resolved)))
+    emit(
+        runtime, Searching(subqueries=len(resolved), searches=sum(len(s.sources) for s in resolved))
+    )
     tasks = build_tasks(resolved, params, context, state.started_at or 0.0)
     update = Update(subqueries=resolved, planned=[])
     if not tasks:

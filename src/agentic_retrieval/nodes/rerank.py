@@ -20,11 +20,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Literal
 
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agentic_retrieval.context import Context, applied_threshold, threshold_rule
+from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.effort import result_signals
-from agentic_retrieval.graph.events import Reranking
+from agentic_retrieval.graph.events import Reranking, begin, complete, emit
 from agentic_retrieval.graph.records import (
     Drops,
     ErrorInfo,
@@ -33,7 +35,6 @@ from agentic_retrieval.graph.records import (
     RetrievedHit,
     SourceParams,
 )
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.graph.vocabulary import DropReason, Judging
 from agentic_retrieval.llm.chat_models import Usage
 from agentic_retrieval.nodes._shared import (
@@ -65,19 +66,21 @@ Judge = Literal["assess_evidence", "judge_results", "synthesize"]
 """Who judges a reranked round: the evidence model, the ``auto`` effort's signals, or nobody."""
 
 
-async def rerank(state: RetrievalState, run: Run) -> Command[Literal[Judge, "respond"]]:
+async def rerank(
+    state: RetrievalState, runtime: Runtime[Context], bindings: Bindings
+) -> Command[Literal[Judge, "respond"]]:
     """Rank all candidates retrieved so far; the run goes on to the round's judge."""
     if state.failure:  # a failOnError source failed: the request fails, nothing to rank
         return Command(goto="respond")
-    context, reranker = run.context, run.bindings.reranker
+    context, reranker = runtime.context, bindings.reranker
     key = f"rerank:{next_round(state.subqueries) - 1}"
-    step = run.begin(key, RerankActivity)
+    step = begin(runtime, key, RerankActivity)
     unique, queries = unique_candidates(state.hits)
     params = state.source_params
     to_score = [h for h in unique if results_processing(h.source, params, context) == "rerank"]
     to_score = to_score[: context.max_docs_for_reranker]
     unranked = [h for h in unique if results_processing(h.source, params, context) == "none"]
-    run.emit(Reranking(candidates=len(to_score)))
+    emit(runtime, Reranking(candidates=len(to_score)))
     left = remaining_seconds(state.started_at, context)
     timed_out = False
     try:
@@ -110,7 +113,7 @@ async def rerank(state: RetrievalState, run: Run) -> Command[Literal[Judge, "res
         term_coverage=round(signals.term_coverage, 3) if selection else None,
         usage=usage,
     )
-    run.complete(record)
+    complete(runtime, record)
     update = Update(ranked=selection, drops=drops, activity_log=[record])
     if timed_out:
         update["timed_out"] = True

@@ -16,10 +16,13 @@ import asyncio
 import logging
 import time
 
+from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from agentic_retrieval.context import Context
 from agentic_retrieval.errors import SourceError
-from agentic_retrieval.graph.events import Searched
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.events import Searched, begin, complete, emit
 from agentic_retrieval.graph.records import (
     ErrorInfo,
     RetrievedHit,
@@ -27,7 +30,6 @@ from agentic_retrieval.graph.records import (
     SearchTask,
     SourceFailure,
 )
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.odata import ODataError
 from agentic_retrieval.sources.base import (
     Hit,
@@ -40,18 +42,18 @@ from agentic_retrieval.state import Update
 logger = logging.getLogger(__name__)
 
 
-async def search(task: SearchTask, run: Run) -> Update:
+async def search(task: SearchTask, runtime: Runtime[Context], bindings: Bindings) -> Update:
     """Run ``task`` and return its hits and activity record."""
-    source = run.bindings.sources[task.source]
+    source = bindings.sources[task.source]
     key = f"search:{task.subquery.id}:{task.source}"
-    step = run.begin(key, SearchActivity, source=source)
+    step = begin(runtime, key, SearchActivity, source=source)
     query = SearchQuery(
         text=task.subquery.text,
         filter=task.filter,
         top=task.top,
         goal=task.subquery.goal,
-        identity=run.context.identity,
-        enforce_permissions=run.context.enforce_permissions,
+        identity=runtime.context.identity,
+        enforce_permissions=runtime.context.enforce_permissions,
     )
     hits, error, deadline_hit = await _run(source, query, task)
     record = SearchActivity(
@@ -66,15 +68,16 @@ async def search(task: SearchTask, run: Run) -> Update:
         top=query.top,
         count=len(hits),
     )
-    run.complete(record)
-    run.emit(
+    complete(runtime, record)
+    emit(
+        runtime,
         Searched(
             source=source.name,
             query=query.text,
             count=len(hits),
             elapsed_ms=record.elapsed_ms,
             error=error.message if error else None,
-        )
+        ),
     )
     retrieved = [
         RetrievedHit(

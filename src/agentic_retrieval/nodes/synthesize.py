@@ -11,10 +11,13 @@ string with an error record.
 from __future__ import annotations
 
 from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 
-from agentic_retrieval.graph.events import Answering
+from agentic_retrieval.context import Context
+from agentic_retrieval.graph.bindings import Bindings
+from agentic_retrieval.graph.events import Answering, begin, complete, emit
 from agentic_retrieval.graph.records import AnswerActivity, ErrorInfo, RankedHit
-from agentic_retrieval.graph.runtime import Run
 from agentic_retrieval.llm import prompts
 from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment, SynthesizedAnswer
@@ -24,9 +27,11 @@ from agentic_retrieval.state import RetrievalState, Update
 from agentic_retrieval.text.citations import validate_citations
 
 
-async def synthesize(state: RetrievalState, run: Run) -> Update:
+async def synthesize(
+    state: RetrievalState, runtime: Runtime[Context], bindings: Bindings, config: RunnableConfig
+) -> Update:
     """Produce the grounding string or the cited answer."""
-    context = run.context
+    context = runtime.context
     ranked = state.ranked
     text, kept = grounding_string(ranked, context.max_output_size, context.max_output_tokens)
     extractive: Update = {"response": text, "grounded_ref_ids": [h.ref_id for h in kept]}
@@ -39,14 +44,21 @@ async def synthesize(state: RetrievalState, run: Run) -> Update:
     left = remaining_seconds(state.started_at, context)
     if left <= 0:
         return {**extractive, "timed_out": True}
-    run.emit(Answering(passages=len(ranked)))
-    return await _answer(state, run, left, extractive)
+    emit(runtime, Answering(passages=len(ranked)))
+    return await _answer(state, runtime, bindings, config, left, extractive)
 
 
-async def _answer(state: RetrievalState, run: Run, left: float, extractive: Update) -> Update:
+async def _answer(
+    state: RetrievalState,
+    runtime: Runtime[Context],
+    bindings: Bindings,
+    config: RunnableConfig,
+    left: float,
+    extractive: Update,
+) -> Update:
     """Ask the answer model for a cited answer; ``extractive`` is the fallback update."""
-    context = run.context
-    model = run.bindings.models.resolve("answer", context)
+    context = runtime.context
+    model = bindings.models.resolve("answer", context)
     passages, shown_ids = format_passages(state.ranked, context.max_output_size)
     shown = [h for h in state.ranked if h.ref_id in shown_ids]
     prompt = context.answer_prompt.format(
@@ -55,12 +67,12 @@ async def _answer(state: RetrievalState, run: Run, left: float, extractive: Upda
     prompt = with_instructions(
         prompt, prompts.ANSWER_INSTRUCTIONS_SECTION, context.answer_instructions
     )
-    step = run.begin("answer", AnswerActivity)
+    step = begin(runtime, "answer", AnswerActivity)
     result = await structured_call(
         model,
         SynthesizedAnswer,
         [SystemMessage(prompt), HumanMessage(state.question)],
-        config=run.config,
+        config=config,
         timeout=left,
     )
     record = AnswerActivity(
@@ -73,11 +85,11 @@ async def _answer(state: RetrievalState, run: Run, left: float, extractive: Upda
     if result.value is None or not result.value.answer.strip():
         error = ErrorInfo.of(result.error_code, result.error or "the answer was empty")
         record = record.model_copy(update={"error": error})
-        run.complete(record)
+        complete(runtime, record)
         return {**extractive, "activity_log": [record]}
     answer, removed = validate_citations(result.value.answer, _citable(shown, state))
     record = record.model_copy(update={"removed_citations": removed})
-    run.complete(record)
+    complete(runtime, record)
     return {
         "response": answer,
         "grounded_ref_ids": [h.ref_id for h in shown],
