@@ -8,6 +8,7 @@ remove that place (or, if it must stay, name it in the recipe and here).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,19 @@ def edit(path: Path, old: str, new: str) -> None:
     text = path.read_text(encoding="utf-8")
     assert text.count(old) == 1, f"{path.name} no longer holds the recipe's anchor {old!r}"
     path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def after_last(path: Path, prefix: str, line: str) -> None:
+    """Insert ``line`` after the last line starting with ``prefix`` (the recipe's "after the
+    others"), wherever that is in the file."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    last = max((i for i, text in enumerate(lines) if text.startswith(prefix)), default=None)
+    assert last is not None, f"{path.name} has no line starting with {prefix!r}"
+    lines.insert(last + 1, line)
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+NODE_IMPORT = "from agentic_retrieval.nodes.count_words import count_words\n"
 
 
 def run(package: Path, script: str) -> str:
@@ -65,33 +79,23 @@ def test_adding_a_node_touches_its_module_the_builder_and_the_deciding_node(tmp_
         '''),
         encoding="utf-8",
     )
-    # 2. graph/builder.py: register it, with its fixed edge out
+    # 2. graph/builder.py: imported beside the other nodes, added after them, its fixed edge
     builder = package / "graph" / "builder.py"
-    edit(
+    after_last(builder, "from agentic_retrieval.nodes.", NODE_IMPORT)
+    after_last(builder, "    add(", "    add(count_words)\n")
+    after_last(
         builder,
-        "from agentic_retrieval.nodes.begin_turn import begin_turn\n",
-        "from agentic_retrieval.nodes.begin_turn import begin_turn\n"
-        "from agentic_retrieval.nodes.count_words import count_words\n",
-    )
-    edit(builder, "    add(respond)\n", "    add(respond)\n    add(count_words)\n")
-    edit(
-        builder,
-        '    builder.add_edge("search", "rerank")\n',
-        '    builder.add_edge("search", "rerank")\n'
+        "    builder.add_edge(",
         '    builder.add_edge("count_words", "prepare_searches")\n',
     )
-    # 3. behind a decision: a way out of the deciding node (its Literal and its goto)
+    # 3. behind a decision: a way out of the deciding node (its Literal) and the goto to it
     begin = package / "nodes" / "begin_turn.py"
-    edit(
-        begin,
-        'Literal["judge_question", "plan_queries", "prepare_searches"]',
-        'Literal["judge_question", "plan_queries", "prepare_searches", "count_words"]',
-    )
-    edit(
-        begin,
-        'return Command(update=update, goto="prepare_searches")',
-        'return Command(update=update, goto="count_words")',
-    )
+    text = begin.read_text(encoding="utf-8")
+    ways = re.findall(r"Command\[Literal\[([^\]]*)\]\]", text)
+    assert len(ways) == 1, "begin_turn no longer returns one Command[Literal[...]]"
+    text = text.replace(ways[0], ways[0].rstrip() + ', "count_words"')
+    assert text.count('goto="prepare_searches"') == 1, "begin_turn's way to the searches moved"
+    begin.write_text(text.replace('goto="prepare_searches"', 'goto="count_words"'), "utf-8")
     out = run(
         package,
         """
