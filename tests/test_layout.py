@@ -35,9 +35,9 @@ def test_no_test_imports_conftest_or_another_test_module():
 SRC = TESTS.parent / "src" / "agentic_retrieval"
 PACKAGE = "agentic_retrieval"
 
-CORE = ("state", "context", "graph", "nodes", "llm.prompts")
-"""The graph and what it is made of: state, settings, nodes, wiring, and in graph/ the
-vocabulary, the records and the effort policy."""
+CORE = ("state", "context", "graph", "nodes", "wiring", "llm.prompts")
+"""The graph and what it is made of: state, settings, nodes, in graph/ the vocabulary, the
+records, the events and the effort policy, and in wiring/ the builder and the node adapter."""
 EDGES = (
     "wire",
     "server",
@@ -129,10 +129,22 @@ def test_components_import_no_edge_and_of_the_core_only_its_words():
 
 def test_only_the_builder_imports_nodes_and_never_their_private_helpers():
     def wrong(module: str, imported: str) -> bool:
-        if not in_layer(module, ("graph",)) or not in_layer(imported, ("nodes",)):
+        if in_layer(module, ("nodes",)) or not in_layer(imported, ("nodes",)):
             return False
         private = imported.rsplit(".", 1)[-1].startswith("_")
-        return module != f"{PACKAGE}.graph.builder" or private
+        return module != f"{PACKAGE}.wiring.builder" or private
+
+    assert violations(wrong) == []
+
+
+def test_only_the_entry_points_import_the_wiring():
+    """wiring/ imports the nodes; nothing the nodes are made of imports it back, so graph/
+    (the words and records) and wiring/ are two layers, not one knot."""
+
+    def wrong(module: str, imported: str) -> bool:
+        if not in_layer(imported, ("wiring",)) or in_layer(module, ("wiring",)):
+            return False
+        return not (module == PACKAGE or in_layer(module, EDGES))
 
     assert violations(wrong) == []
 
@@ -144,7 +156,7 @@ def test_no_node_imports_another_node_or_the_wiring():
         other_node = in_layer(imported, ("nodes",)) and not imported.rsplit(".", 1)[-1].startswith(
             "_"
         )
-        wiring = imported in (f"{PACKAGE}.graph.builder", f"{PACKAGE}.graph.runtime")
+        wiring = in_layer(imported, ("wiring",))
         return (other_node and imported != f"{PACKAGE}.nodes") or wiring
 
     assert violations(wrong) == []

@@ -8,7 +8,6 @@ from agentic_retrieval.errors import (
     SourceError,
     UnknownKnowledgeSourceError,
 )
-from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.permissions import Identity, Permissions
 from agentic_retrieval.rerankers.base import Reranker
@@ -17,6 +16,7 @@ from agentic_retrieval.sources.base import Hit, KnowledgeSource, SearchQuery
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 from agentic_retrieval.tool import KnowledgeBaseTool
 from agentic_retrieval.wire.models import RetrieveRequest, RetrieveResponse
+from agentic_retrieval.wiring.builder import build_graph
 
 __all__ = [
     "AgenticRetrievalError",

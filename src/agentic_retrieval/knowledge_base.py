@@ -26,7 +26,6 @@ from agentic_retrieval.errors import (
     KnowledgeSourceFailedError,
 )
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.graph.builder import RetrievalGraph, compile_graph
 from agentic_retrieval.graph.sync import run_sync
 from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort
 from agentic_retrieval.permissions import Identity
@@ -43,6 +42,7 @@ from agentic_retrieval.wire.retrieve import (
     timed_out_response,
     to_response,
 )
+from agentic_retrieval.wiring.builder import RetrievalGraph, compile_graph
 
 GRACE_SECONDS = 2.0
 """Extra time past ``maxRuntimeInSeconds`` before the outer guard abandons a run."""

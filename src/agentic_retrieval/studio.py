@@ -28,7 +28,6 @@ from typing import Any, NoReturn
 
 from agentic_retrieval.context import DEFAULTS_KEY, settings_of
 from agentic_retrieval.errors import AgenticRetrievalError, KnowledgeBaseDirectoryError
-from agentic_retrieval.graph.builder import build_graph
 from agentic_retrieval.kb.loader import (
     build_sample_kb,
     open_knowledge_base,
@@ -36,6 +35,7 @@ from agentic_retrieval.kb.loader import (
 )
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
+from agentic_retrieval.wiring.builder import build_graph
 
 logger = logging.getLogger(__name__)
 

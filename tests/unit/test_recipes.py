@@ -79,8 +79,8 @@ def test_adding_a_node_touches_its_module_the_builder_and_the_deciding_node(tmp_
         '''),
         encoding="utf-8",
     )
-    # 2. graph/builder.py: imported beside the other nodes, added after them, its fixed edge
-    builder = package / "graph" / "builder.py"
+    # 2. wiring/builder.py: imported beside the other nodes, added after them, its fixed edge
+    builder = package / "wiring" / "builder.py"
     after_last(builder, "from agentic_retrieval.nodes.", NODE_IMPORT)
     after_last(builder, "    add(", "    add(count_words)\n")
     after_last(

@@ -18,7 +18,6 @@ from langgraph.graph.state import CompiledStateGraph
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.records import SearchTask
-from agentic_retrieval.graph.runtime import BoundNode, NodeBody, destinations
 from agentic_retrieval.graph.schema import described
 from agentic_retrieval.nodes.assess_evidence import assess_evidence
 from agentic_retrieval.nodes.begin_turn import begin_turn
@@ -33,6 +32,7 @@ from agentic_retrieval.nodes.synthesize import synthesize
 from agentic_retrieval.rerankers.base import Reranker
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.state import InputState, OutputState, RetrievalState
+from agentic_retrieval.wiring.runtime import BoundNode, NodeBody, destinations
 
 GRAPH_NAME = "agentic_retrieval"
 
