@@ -14,6 +14,7 @@ from langchain_core.embeddings import Embeddings
 
 from agentic_retrieval.errors import SourceError
 from agentic_retrieval.sources.base import Hit, SearchQuery
+from agentic_retrieval.sources.local.store.lexical_index import index_words
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -242,6 +243,11 @@ class NamedConcepts(ConceptEmbeddings):
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def stemmed_words(text: str) -> list[str]:
+    """The words the embedded store's index holds for ``text`` ("heating" is "heat")."""
+    return [word for token in re.findall(r"\w+", text) for word in index_words(token)]
 
 
 def write(path: Path, text: str) -> Path:

@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import os
-import re
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from rank_bm25 import BM25Okapi
-from tests.fakes import ConceptEmbeddings, write
+from tests.fakes import ConceptEmbeddings, stemmed_words, write
 
 from agentic_retrieval.errors import FilterNotSupportedError
 from agentic_retrieval.odata import compile_predicate, parse_filter
@@ -32,7 +31,6 @@ from agentic_retrieval.sources.local.store import (
     fts_match_expression,
     reciprocal_rank_fusion,
 )
-from agentic_retrieval.sources.local.store.lexical_index import index_words
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,8 +71,10 @@ def bm25_store(tmp_path: Path) -> LocalStore:
 )
 def test_bm25_matches_rank_bm25(bm25_store: LocalStore, query: str) -> None:
     keys = list(BM25_CORPUS)
-    reference = BM25Okapi([words(BM25_CORPUS[k]) for k in keys], k1=1.2, b=0.75)
-    matching = {k for k, s in zip(keys, reference.get_scores(words(query)), strict=True) if s > 0}
+    reference = BM25Okapi([stemmed_words(BM25_CORPUS[k]) for k in keys], k1=1.2, b=0.75)
+    matching = {
+        k for k, s in zip(keys, reference.get_scores(stemmed_words(query)), strict=True) if s > 0
+    }
     assert {h.id for h in bm25_store.search(query, top=100)} == matching
     # the order is Lucene's: rank_bm25's Okapi idf, ln((N - n + 0.5) / (n + 0.5)), weighs
     # a frequent word less ("heat homes winter": d3 above d11 there, below it here)
@@ -85,16 +85,11 @@ def test_bm25_matches_rank_bm25(bm25_store: LocalStore, query: str) -> None:
         assert math.isclose(hit.score, lucene_bm25(query, hit.id), rel_tol=1e-5)
 
 
-def words(text: str) -> list[str]:
-    """The words the index holds for ``text`` (stemmed: "heating" is "heat")."""
-    return [word for token in re.findall(r"\w+", text) for word in index_words(token)]
-
-
 def lucene_bm25(query: str, key: str, k1: float = 1.2, b: float = 0.75) -> float:
-    docs = {k: words(text) for k, text in BM25_CORPUS.items()}
+    docs = {k: stemmed_words(text) for k, text in BM25_CORPUS.items()}
     average = sum(map(len, docs.values())) / len(docs)
     score = 0.0
-    for term in words(query):
+    for term in stemmed_words(query):
         having = sum(term in words for words in docs.values())
         idf = math.log(1 + (len(docs) - having + 0.5) / (having + 0.5))
         tf = docs[key].count(term)
