@@ -76,3 +76,13 @@ def kill_hard(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the server and all its workers at once (no cleanup runs)."""
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(10)
+
+
+def memory_of(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak) of a process, in bytes."""
+    fields: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0]) * 1024
+    return fields

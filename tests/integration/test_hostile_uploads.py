@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.integration.service_process import KEY, VERSION, serve_process
+from tests.integration.service_process import KEY, VERSION, memory_of, serve_process
 from tests.office_files import (
     big_csv,
     billion_cell_xlsx,
@@ -53,16 +53,6 @@ HOSTILE = {
     "rows.csv": (big_csv, 413),
 }
 RSS_GROWTH_LIMIT = 300 * 1024 * 1024
-
-
-def memory_of(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak) of a process, in bytes."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            fields[name] = int(value.split()[0]) * 1024
-    return fields
 
 
 def children_of(pid: int) -> list[int]:

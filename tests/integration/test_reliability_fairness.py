@@ -23,11 +23,10 @@ import asyncio
 import contextlib
 import json
 import time
-from pathlib import Path
 
 import httpx
 import pytest
-from tests.integration.service_process import KEY, VERSION, serve_process
+from tests.integration.service_process import KEY, VERSION, memory_of, serve_process
 from tests.server_harness import GUIDES, GUIDES_INDEX
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -213,16 +212,6 @@ REFUSED_FROM_HEADERS = [
     ("POST", "/indexes/guides/docs/search", SCOPED_KEY, 403),
     ("PUT", "/indexes('guides')", SCOPED_KEY, 403),
 ]
-
-
-def memory_of(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak) of a process, in bytes."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            fields[name] = int(value.split()[0]) * 1024
-    return fields
 
 
 async def refused_before_the_body(port: int, method: str, path: str, key: str) -> int:
