@@ -50,6 +50,7 @@ from agentic_retrieval.server.streaming import (
     retrieve_events,
     wants_event_stream,
 )
+from agentic_retrieval.wire.api_versions import response_for_version
 from agentic_retrieval.wire.events import extensions_from
 from agentic_retrieval.wire.retrieve import prepare
 
@@ -218,7 +219,8 @@ def _add_routes(
                 f"maxRuntimeInSeconds ({context.max_runtime_seconds:g} s) elapsed before any "
                 "result was ready.",
             )
-        return JSONResponse(response.to_wire(), status_code=response.status_code)
+        body = response_for_version(response.to_wire(), api_version)
+        return JSONResponse(body, status_code=response.status_code)
 
     retrieve_paths = (
         "/knowledgebases/{name}/retrieve",

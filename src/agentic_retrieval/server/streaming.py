@@ -14,6 +14,7 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.knowledge_base import GRACE_SECONDS, KnowledgeBase
 from agentic_retrieval.permissions import Identity
 from agentic_retrieval.server.errors import api_error_for, error_body, internal_error
+from agentic_retrieval.wire.api_versions import event_for_version
 from agentic_retrieval.wire.events import ERROR, RetrieveEvent
 from agentic_retrieval.wire.models import RetrieveRequest
 
@@ -54,9 +55,11 @@ async def retrieve_events(
         extensions=extensions,
         request_id=request_id,
     )
+    version = defaults.api_version if defaults is not None else None
     async with aclosing(events):
         async for event in events:
-            yield sse(event["event"], event["data"])
+            shaped = event_for_version(event, version)
+            yield sse(shaped["event"], shaped["data"])
 
 
 async def guarded_events(

@@ -28,6 +28,7 @@ from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort, Resu
 SUPPORTED_API_VERSIONS = (
     "2026-04-01",
     "2026-10-01",
+    "2026-11-01-preview",
     "2026-08-01-preview",
     "2026-05-01-preview",
     "2025-11-01-preview",
