@@ -37,6 +37,8 @@ class OpenAIStandIn:
             "completion_tokens_details": {"reasoning_tokens": 7},
         }
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        """The HTTP headers of each request, in order (names lowercased)."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -126,6 +128,8 @@ class OpenAIStandIn:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                with outer._lock:
+                    outer.headers.append({k.lower(): v for k, v in self.headers.items()})
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 if not self.path.endswith("/chat/completions"):

@@ -30,6 +30,7 @@ from agentic_retrieval.kb.definitions import (
     KnowledgeSourceDefinition,
 )
 from agentic_retrieval.kb.index_documents import IndexDocuments
+from agentic_retrieval.kb.model_connections import first_chat_model
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.knowledge_base import KnowledgeBase
@@ -128,7 +129,8 @@ class ServiceCatalog:
             [s for s in sources if s is not None],
             name=definition.name,
             description=definition.description or "",
-            chat_model=self.chat_model,
+            # the knowledge base's own openAICompatible model first, else the service's
+            chat_model=first_chat_model(definition.models) or self.chat_model,
             reranker=self.reranker,
             defaults=defaults,
         )

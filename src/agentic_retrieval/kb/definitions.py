@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindError
 from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
+from agentic_retrieval.kb.model_connections import check_models, without_headers
 from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.wire.models import describe_validation_error
 
@@ -472,8 +473,12 @@ class KnowledgeBaseDefinition(Definition):
         return [ref.name for ref in self.knowledge_sources]
 
     def redacted(self) -> dict[str, Any]:
-        """The wire body with model API keys replaced by ``<redacted>`` (as on Azure's GET)."""
-        body = self.to_wire()
+        """The wire body as a read shows it: no secrets.
+
+        Model API keys read ``<redacted>`` (as on Azure's GET); ``openAICompatible`` headers
+        are left out (never returned, not even their names).
+        """
+        body = without_headers(self.to_wire())
         for model in body.get("models") or []:
             for params in model.values():
                 if isinstance(params, dict) and params.get("apiKey"):
@@ -572,6 +577,7 @@ def parse_knowledge_source(
             )
     if source.file_parameters is not None:
         _check_permission_options(source.file_parameters)
+    check_models(source.to_wire())
     return source
 
 
@@ -608,6 +614,7 @@ def parse_knowledge_base(body: dict[str, Any], name: str | None = None) -> Knowl
         raise InvalidDefinitionError(
             f"knowledgeSources: knowledge source(s) listed twice: {', '.join(duplicates)}"
         )
+    check_models(base.to_wire())
     return base
 
 

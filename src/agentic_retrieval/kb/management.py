@@ -34,6 +34,7 @@ from agentic_retrieval.kb.definitions import (
     parse_knowledge_base,
     parse_knowledge_source,
 )
+from agentic_retrieval.kb.model_connections import keep_headers, refuse_web_sources
 from agentic_retrieval.kb.service import (
     Check,
     Conditions,
@@ -182,6 +183,8 @@ def put_knowledge_source(
     stored = _stored_body(source.to_wire())
     if stored.get("fileParameters") is not None:
         stored["fileParameters"].pop("createdResources", None)  # read-only
+    current = service.get("knowledgeSource", source.name)
+    stored = keep_headers(stored, current.body if current is not None else None)
     return service.put(
         "knowledgeSource",
         source.name,
@@ -254,9 +257,16 @@ def put_knowledge_base(
                 f"knowledgeSources: no knowledge source named {', '.join(map(repr, missing))} "
                 "exists; create it first"
             )
+        kinds = [
+            str(s.body.get("kind"))
+            for n in base.source_names
+            if (s := view.get("knowledgeSource", n))
+        ]
+        refuse_web_sources(body, kinds)
 
     current = service.get("knowledgeBase", base.name)
     body = _keep_redacted_keys(_stored_body(base.to_wire()), current)
+    body = keep_headers(body, current.body if current is not None else None)
     return service.put("knowledgeBase", base.name, body, conditions=conditions, check=check)
 
 

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from agentic_retrieval.kb.management import DefinitionLimits, refuse_reserved
+from agentic_retrieval.kb.model_connections import require_version
 from agentic_retrieval.kb.service import (
     Conditions,
     DefinitionKind,
@@ -101,6 +102,7 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
     async def create(request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await read_json_object(request)
+        require_version(body, request.query_params.get("api-version"))
         refuse_fixed(body.get("name") if isinstance(body.get("name"), str) else None)
         service, _ = management.require_service()
         stored, _ = await in_thread(
@@ -119,6 +121,7 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
     async def put(name: str, request: Request) -> Response:
         check_request(request, management.keys, "admin")
         body = await read_json_object(request)
+        require_version(body, request.query_params.get("api-version"))
         refuse_fixed(name)
         service, _ = management.require_service()
         stored, created = await in_thread(

@@ -18,6 +18,7 @@ from agentic_retrieval.kb.management import (
     delete_knowledge_base,
     put_knowledge_base,
 )
+from agentic_retrieval.kb.model_connections import without_headers
 from agentic_retrieval.kb.service import (
     Conditions,
     ServiceDirectory,
@@ -103,5 +104,5 @@ def describe_fixed(kb: KnowledgeBase) -> dict[str, Any]:
 
 def _body(stored: StoredDefinition, *, redact: bool = True) -> dict[str, Any]:
     definition = KnowledgeBaseDefinition.model_validate(stored.body)
-    body = definition.redacted() if redact else definition.to_wire()
+    body = definition.redacted() if redact else without_headers(definition.to_wire())
     return {"@odata.etag": stored.etag, **body}

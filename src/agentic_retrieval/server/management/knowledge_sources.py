@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
 from agentic_retrieval.kb.management import delete_knowledge_source, put_knowledge_source
+from agentic_retrieval.kb.model_connections import without_headers
 from agentic_retrieval.kb.service import IngestionHistory, IngestionRun, StoredDefinition
 from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.server.management.common import (
@@ -62,7 +63,7 @@ def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
 
 def _body(stored: StoredDefinition) -> dict[str, Any]:
     definition = KnowledgeSourceDefinition.model_validate(stored.body)
-    return {"@odata.etag": stored.etag, **definition.to_wire()}
+    return {"@odata.etag": stored.etag, **without_headers(definition.to_wire())}
 
 
 def _status(management: Management, stored: StoredDefinition) -> dict[str, Any]:
