@@ -8,7 +8,10 @@ no log record; an update keeps them only while the endpoint and model stay the s
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,6 +31,7 @@ HEADER_NAME = "X-Tenant-Zqxv-Secret"
 HEADER_VALUE = "hdr-value-8c1f2e"
 TOKEN = "tok-5b7d9a"
 SECRETS = (HEADER_NAME, HEADER_VALUE, TOKEN)
+README = Path(__file__).resolve().parents[2] / "README.md"
 PLAN = {
     "needs_retrieval": True,
     "assistant_message": "",
@@ -217,3 +221,38 @@ def test_web_sources_refuse_an_openai_compatible_model():
     refuse_web_sources(body, ["searchIndex", "file"])  # fine without a web source
     with pytest.raises(InvalidDefinitionError, match="not supported for knowledge bases with web"):
         refuse_web_sources(body, ["searchIndex", "web"])
+
+
+def test_the_readme_example_body_points_a_knowledge_base_at_a_local_model(served):
+    """The README's ``local-kb.json``, its ``uri`` moved to the stand-in, as the curl sends it."""
+    section = README.read_text().split("#### A knowledge base on your own model", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    (body_text,) = re.findall(r"^```json\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    body = json.loads(body_text)
+    curl = section.split("```bash notest\n", 1)[1].split("```", 1)[0]
+    assert "api-version=2026-11-01-preview" in curl and "-d @local-kb.json" in curl
+    with OpenAIStandIn({"QueryPlan": [PLAN]}) as server:
+        params = body["models"][0]["openAICompatibleParameters"]
+        written = dict(params["headers"])
+        params["uri"] = params["uri"].replace("http://127.0.0.1:11434/v1", server.base_url)
+        put = served.put(f"/knowledgebases/local-kb?{NEW}", json=body, headers=ADMIN)
+        assert put.status_code == 201, put.text
+        answer = served.post(f"/knowledgebases/local-kb/retrieve?{NEW}", json=ASK, headers=ADMIN)
+        assert answer.status_code == 200, answer.text
+        assert server.requests[0]["model"] == params["modelName"]
+        assert all(server.headers[0][k.lower()] == v for k, v in written.items())
+    assert "headers" not in put.text
+
+
+def test_the_environments_openai_key_never_goes_to_a_definitions_endpoint(monkeypatch):
+    from agentic_retrieval.kb.model_connections import chat_model
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-operator-7f3e")
+    with OpenAIStandIn({"text": ["hello"]}) as server:
+        entry = model(f"{server.base_url}/chat/completions", headers={"api-key": HEADER_VALUE})
+        reply = chat_model(entry).invoke("hi")
+        (sent,) = server.headers
+    assert reply.content == "hello"
+    assert sent["api-key"] == HEADER_VALUE
+    assert sent["authorization"] == "Bearer unused"  # the client's placeholder
+    assert "sk-operator-7f3e" not in str(sent)

@@ -24,7 +24,8 @@ As Azure's reference (``KnowledgeBaseOpenAICompatibleParameters``) states:
 At run time :func:`chat_model` builds ``langchain-openai``'s ``ChatOpenAI`` with the
 endpoint as ``base_url`` and the headers as ``default_headers`` (the path's trailing
 ``/chat/completions`` or ``/responses`` chooses the API). It never falls back to the
-environment's ``OPENAI_API_KEY``: that key is not sent to an endpoint a definition names.
+environment's ``OPENAI_API_KEY``: that key is not sent to an endpoint a definition names
+(without an ``Authorization`` header of the entry's own, the client sends ``Bearer unused``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ MODELS_VERSION = "2026-11-01-preview"
 """The api-version that defines ``openAICompatible`` models."""
 INGESTION_MODEL = ("fileParameters", "ingestionParameters", "chatCompletionModel")
 """Where a knowledge source names its ingestion model."""
+UNUSED_KEY = "unused"
+"""The client's own API key: a placeholder, so the environment's is never picked up."""
 MAX_HEADERS = 20
 MAX_HEADER_NAME = 256
 MAX_HEADER_VALUE = 8192
@@ -239,18 +242,17 @@ def first_chat_model(models: Sequence[Mapping[str, Any]] | None) -> BaseChatMode
 def chat_model(entry: Mapping[str, Any]) -> BaseChatModel:
     """``ChatOpenAI`` over a stored ``openAICompatible`` entry (its headers included)."""
     from langchain_openai import ChatOpenAI
-    from openai import Omit
+    from pydantic import SecretStr
 
     params = OpenAICompatibleParameters.model_validate(entry[PARAMETERS])
     base_url, responses = _base_url(params.uri)
-    headers: dict[str, Any] = dict(params.headers or {})
-    if not any(name.lower() == "authorization" for name in headers):
-        headers["Authorization"] = Omit()  # no bearer token of ours beside the caller's headers
     return ChatOpenAI(
         model=params.model_name,
         base_url=base_url,
-        api_key=lambda: "unused",  # never the environment's OPENAI_API_KEY
-        default_headers=headers,
+        # never the environment's OPENAI_API_KEY: without an Authorization header of the
+        # definition's own, the endpoint reads "Bearer unused"
+        api_key=SecretStr(UNUSED_KEY),
+        default_headers=dict(params.headers or {}),
         use_responses_api=responses,
         max_retries=1,
     )
