@@ -213,6 +213,15 @@ def test_a_file_sources_ingestion_model_keeps_its_headers_secret(served, tmp_pat
         for p in ("/knowledgesources('files')", "/knowledgesources")
     ]
     assert "chatCompletionModel" in bodies[-1]
+    # and the command line's views of the same data directory
+    from typer.testing import CliRunner
+
+    from agentic_retrieval.cli import app
+
+    shown = CliRunner().invoke(app, ["source", "show", "files", "--data", str(tmp_path / "data")])
+    assert shown.exit_code == 0, shown.output
+    assert "chatCompletionModel" in shown.output
+    bodies.append(shown.output)
     assert [leaks(text) for text in bodies] == [[]] * len(bodies)
 
 

@@ -30,6 +30,7 @@ from agentic_retrieval.errors import ResourceNotFoundError
 from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition, KnowledgeSourceDefinition
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.kb.management import delete_knowledge_base, delete_knowledge_source
+from agentic_retrieval.kb.model_connections import without_headers
 from agentic_retrieval.kb.service import DATABASE_NAME, ServiceDirectory, StoredDefinition
 
 kb_app = typer.Typer(
@@ -220,7 +221,7 @@ def _kb_directory(path: Path) -> KnowledgeBaseDirectory:
 def _body(stored: StoredDefinition) -> dict[str, Any]:
     if stored.kind == "knowledgeBase":
         return KnowledgeBaseDefinition.model_validate(stored.body).redacted()
-    return dict(stored.body)
+    return without_headers(stored.body)  # openAICompatible headers are never shown
 
 
 def _source_row(service: ServiceDirectory, stored: StoredDefinition) -> dict[str, Any]:
