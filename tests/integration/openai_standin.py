@@ -39,6 +39,8 @@ class OpenAIStandIn:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         """The HTTP headers of each request, in order (names lowercased)."""
+        self.paths: list[str] = []
+        """The path (with its query) of each request, in order."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -130,9 +132,10 @@ class OpenAIStandIn:
             def do_POST(self) -> None:
                 with outer._lock:
                     outer.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    outer.paths.append(self.path)
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                if not self.path.endswith("/chat/completions"):
+                if not self.path.split("?", 1)[0].endswith("/chat/completions"):
                     status, payload = 404, {"error": {"message": "not found"}}
                 else:
                     status, payload = outer._answer(body)

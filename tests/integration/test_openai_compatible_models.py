@@ -258,10 +258,12 @@ def test_the_environments_openai_key_never_goes_to_a_definitions_endpoint(monkey
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-operator-7f3e")
     with OpenAIStandIn({"text": ["hello"]}) as server:
-        entry = model(f"{server.base_url}/chat/completions", headers={"api-key": HEADER_VALUE})
-        reply = chat_model(entry).invoke("hi")
+        uri = f"{server.base_url}/chat/completions?api-version=2025-01-01"
+        reply = chat_model(model(uri, headers={"api-key": HEADER_VALUE})).invoke("hi")
         (sent,) = server.headers
+        (path,) = server.paths
     assert reply.content == "hello"
+    assert path == "/v1/chat/completions?api-version=2025-01-01"  # the query travels along
     assert sent["api-key"] == HEADER_VALUE
     assert sent["authorization"] == "Bearer unused"  # the client's placeholder
     assert "sk-operator-7f3e" not in str(sent)

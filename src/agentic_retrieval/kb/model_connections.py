@@ -34,7 +34,7 @@ import copy
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -246,6 +246,7 @@ def chat_model(entry: Mapping[str, Any]) -> BaseChatModel:
 
     params = OpenAICompatibleParameters.model_validate(entry[PARAMETERS])
     base_url, responses = _base_url(params.uri)
+    query = dict(parse_qsl(urlsplit(params.uri).query))  # e.g. a gateway's api-version
     return ChatOpenAI(
         model=params.model_name,
         base_url=base_url,
@@ -253,6 +254,7 @@ def chat_model(entry: Mapping[str, Any]) -> BaseChatModel:
         # definition's own, the endpoint reads "Bearer unused"
         api_key=SecretStr(UNUSED_KEY),
         default_headers=dict(params.headers or {}),
+        default_query=query or None,
         use_responses_api=responses,
         max_retries=1,
     )
