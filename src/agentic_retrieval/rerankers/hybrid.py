@@ -28,11 +28,12 @@ relevance", refitted in "Relevance on today's defaults" on stores of the OpenVIN
 English word forms): there it keeps all of that recall and empties the unanswerable questions
 far from the documents' subjects (6 of 32), not the near-misses, whose best passages a
 bi-encoder's cosine scores as high as answers; no other signal measured there (term coverage,
-agreement of the rankings, a sentence's cosine, a model over them) does better. The mapping is monotone, so it changes no ranking. These
-scores are calibrated relevance (:meth:`HybridReranker.calibrated_for`); a hit scored on words
-alone is not (its coverage says nothing about a paraphrase), so the default threshold never
-cuts it. Another embedding model spreads its cosines differently: pass its ``floor`` and
-``ceil`` (``benchmarks/bench_rerankers.py`` measures them) and fit its ``knot``
+agreement of the rankings, a sentence's cosine, a model over them) does better. The mapping is
+monotone, so it changes no ranking. These scores are calibrated relevance
+(:meth:`HybridReranker.calibrated_for`); a hit scored on words alone is not (its coverage says
+nothing about a paraphrase), so the default threshold never cuts it. Another embedding model
+spreads its cosines differently: pass its ``floor`` and ``ceil``
+(``benchmarks/bench_rerankers.py`` measures them) and fit its ``knot``
 (``benchmarks/bench_relevance.py --knots``).
 """
 
