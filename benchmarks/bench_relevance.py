@@ -9,9 +9,10 @@ either). The set was split in two halves (``split``: ``tune``, ``test``) before 
 measured: defaults are chosen on ``tune`` and reported on ``test``.
 
 Both corpora (the six Northwind PDFs, the Earth-book pages) are indexed into one knowledge
-base of two local sources, lexical (FTS5 BM25) and hybrid (``--embeddings local``:
-all-MiniLM-L6-v2 vectors fused by RRF). Every question runs at minimal effort (no model) in
-three configurations, in the same run:
+base of two local sources, lexical (tantivy BM25, English word forms) and hybrid (what a
+default ``index`` builds: the bundled all-MiniLM-L6-v2 through OpenVINO, vectors fused by
+RRF). Every question runs at minimal effort (no model) in three configurations, in the same
+run:
 
 - ``defaults``: the knowledge base as a new user gets it (default reranker, default threshold);
 - ``no cut-off``: the same with ``reranker_threshold=None``;
@@ -25,7 +26,8 @@ come back empty. With ``--signals`` it also prints, per question, the coverage/c
 figures the semanticReranker record carries, to see what separates answerable from not.
 
 Run: ``.venv/bin/python benchmarks/bench_relevance.py [--split test] [--cache DIR] [--data DIR]``
-(skips with a note when ../shared/data is absent; hybrid rows need the ``[local]`` extra).
+(skips with a note when ../shared/data is absent). ``bench_relevance_signals.py`` measures
+question-level signals and the cost of embedding candidates over the same stores.
 """
 
 from __future__ import annotations
@@ -428,7 +430,7 @@ async def main() -> int:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     modes = args.modes.split(",")
     if "hybrid" in modes and not local_embeddings_available():
-        print("(hybrid skipped: the [local] extra is not installed)")
+        print("(hybrid skipped: the bundled model is not installed)")
         modes.remove("hybrid")
     with tempfile.TemporaryDirectory(prefix="bench-relevance-") as tmp:
         root = args.cache or Path(tmp)
