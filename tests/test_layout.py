@@ -64,8 +64,10 @@ COMPONENTS = (
     "errors",
     "permissions",
     "embeddings",
+    "local_model",
 )
-"""What the graph and the edges are built from: models, sources, rerankers, text, filters."""
+"""What the graph and the edges are built from: models, sources, rerankers, text, filters, the
+bundled embedding model."""
 WORDS = ("context", "graph.vocabulary", "llm.prompts")
 """What a component may take from the core: the run settings, the words, the prompts."""
 
@@ -204,6 +206,17 @@ ROOT = (
 )
 """The package root: public entry points only, each a module README documents or the root
 exports from (everything else lives in the package it belongs to)."""
+
+
+MAX_MODULE_LINES = 700
+"""A module longer than this is split by concern (a package of modules, as ``store/`` is)."""
+
+
+def test_no_module_of_the_library_is_longer_than_700_lines():
+    lengths = {
+        name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()
+    }
+    assert {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES} == {}
 
 
 def test_the_package_root_keeps_the_public_entry_points_only():

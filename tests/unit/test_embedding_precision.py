@@ -11,6 +11,7 @@ import pytest
 from tests.fakes import ConceptEmbeddings, NamedConcepts, write
 
 import agentic_retrieval.embeddings as embeddings_module
+import agentic_retrieval.local_model.encoder as encoder_module
 from agentic_retrieval.embeddings import (
     PRECISION_ENV_VAR,
     LocalEmbeddings,
@@ -151,7 +152,7 @@ def test_int8_makes_the_models_vectors_and_builds_its_graph_once(monkeypatch, tm
     def no_build(*_args):
         raise AssertionError("the cached graph was rebuilt")
 
-    monkeypatch.setattr(embeddings_module, "_build", no_build)
+    monkeypatch.setattr(encoder_module, "_build", no_build)
     again = LocalEmbeddings(precision="int8")
     assert np.allclose(np.asarray(again.embed_documents(texts)), b, atol=1e-5)
 
