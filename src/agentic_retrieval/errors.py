@@ -45,7 +45,53 @@ code), never raised to a library caller.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
+
+
+class ErrorCode(StrEnum):
+    """The codes the library writes in an activity record's ``error``: one closed list.
+
+    As LangGraph's ``ErrorCode``: each value is the string the wire carries (``Timeout``).
+
+    A source of your own may raise :class:`SourceError` with a code of its own; the library's
+    nodes, models and sources use these.
+    """
+
+    TIMEOUT = "Timeout"
+    """A source, a model or the reranker did not answer in time, or the run's limit elapsed."""
+    MODEL_OUTPUT_INVALID = "ModelOutputInvalid"
+    """The model answered, but not in the schema asked for (or with nothing usable)."""
+    MODEL_ERROR = "ModelError"
+    """The model call failed (the provider's error is in the server log)."""
+    INVALID_FILTER = "InvalidFilter"
+    """A filter (the caller's or the planner's) is not valid OData."""
+    PERMISSIONS_NOT_ENFORCED = "PermissionsNotEnforced"
+    """Permissions are enforced and the source cannot trim its results by them."""
+    KNOWLEDGE_SOURCE_ERROR = "KnowledgeSourceError"
+    """The source failed or returned malformed hits (the details are in the server log)."""
+    KNOWLEDGE_SOURCE_UNAVAILABLE = "KnowledgeSourceUnavailable"
+    """The source's index is missing or was deleted while it was searched."""
+    RERANKER_ERROR = "RerankerError"
+    """The reranker failed; candidates were ranked by lexical coverage instead."""
+    SERVICE_UNAVAILABLE = "ServiceUnavailable"
+    """A remote search service could not be reached."""
+    SERVICE_ERROR = "ServiceError"
+    """A remote search service answered with an HTTP status no other code names."""
+    INVALID_REQUEST = "InvalidRequest"
+    """A remote search service refused the request (HTTP 400)."""
+    UNAUTHORIZED = "Unauthorized"
+    """A remote search service refused the credentials (HTTP 401)."""
+    FORBIDDEN = "Forbidden"
+    """A remote search service refused access (HTTP 403)."""
+    INDEX_NOT_FOUND = "IndexNotFound"
+    """A remote search service has no such index (HTTP 404)."""
+    THROTTLED = "Throttled"
+    """A remote search service is throttling (HTTP 429 or 503), retries exhausted."""
+    FIELD_NOT_FOUND = "FieldNotFound"
+    """A remote index lacks a field the source is configured with."""
+    SEMANTIC_CONFIGURATION_NOT_FOUND = "SemanticConfigurationNotFound"
+    """A remote index lacks the semantic configuration the source names."""
 
 
 class AgenticRetrievalError(Exception):
@@ -182,13 +228,14 @@ class SourceError(AgenticRetrievalError):
     """A knowledge source failed in a way it can describe.
 
     Args:
-        code: A short machine-readable code (``Unauthorized``, ``Timeout``...).
+        code: A short machine-readable code: an :class:`ErrorCode` (``Unauthorized``,
+            ``Timeout``...), or a source's own.
         message: A human-readable explanation; must not contain secrets.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode | str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = str(code)  # the wire's string, whichever was given
         self.message = message
 
 

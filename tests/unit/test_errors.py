@@ -237,3 +237,36 @@ def test_cli_reports_any_library_error_as_one_line(tmp_path):
     assert result.stderr.startswith("error: ")
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.output
+
+
+def test_error_codes_are_one_closed_list_whose_values_the_wire_carries_unchanged():
+    from agentic_retrieval.errors import ErrorCode, SourceError
+    from agentic_retrieval.graph.records import ErrorInfo
+
+    assert [code.value for code in ErrorCode] == [
+        "Timeout",
+        "ModelOutputInvalid",
+        "ModelError",
+        "InvalidFilter",
+        "PermissionsNotEnforced",
+        "KnowledgeSourceError",
+        "KnowledgeSourceUnavailable",
+        "RerankerError",
+        "ServiceUnavailable",
+        "ServiceError",
+        "InvalidRequest",
+        "Unauthorized",
+        "Forbidden",
+        "IndexNotFound",
+        "Throttled",
+        "FieldNotFound",
+        "SemanticConfigurationNotFound",
+    ]
+    # a record holds the plain string (what the checkpoint serializer and the wire see)
+    info = ErrorInfo.of(ErrorCode.TIMEOUT, "late")
+    assert type(info.code) is str and info.render() == {"code": "Timeout", "message": "late"}
+    assert json.dumps(info.render()) == '{"code": "Timeout", "message": "late"}'
+    raised = SourceError(ErrorCode.SERVICE_UNAVAILABLE, "down")
+    assert type(raised.code) is str and raised.code == "ServiceUnavailable"
+    own = ErrorInfo.of_source(SourceError("QuotaExceeded", "a custom source's own code"))
+    assert own.render() == {"code": "QuotaExceeded", "message": "a custom source's own code"}

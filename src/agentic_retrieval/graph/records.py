@@ -20,6 +20,7 @@ from typing import Any, ClassVar, get_args
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from agentic_retrieval.errors import ErrorCode, SourceError
 from agentic_retrieval.graph.vocabulary import (
     DropReason,
     Effort,
@@ -170,9 +171,14 @@ class ErrorInfo(BaseModel):
     message: str
 
     @classmethod
-    def of(cls, code: str, message: str) -> ErrorInfo:
-        """An error with ``code`` and ``message``."""
-        return cls(code=code, message=message)
+    def of(cls, code: ErrorCode, message: str) -> ErrorInfo:
+        """An error with ``code`` (its wire string) and ``message``."""
+        return cls(code=str(code), message=message)
+
+    @classmethod
+    def of_source(cls, error: SourceError) -> ErrorInfo:
+        """The error a source raised, with its own code (a custom source's may be any)."""
+        return cls(code=error.code, message=error.message)
 
     def render(self) -> dict[str, str]:
         """The wire error object."""

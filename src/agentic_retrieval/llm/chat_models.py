@@ -22,7 +22,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.errors import ModelNotConfiguredError, ModelUnavailableError
+from agentic_retrieval.errors import ErrorCode, ModelNotConfiguredError, ModelUnavailableError
 from agentic_retrieval.graph.vocabulary import ModelRole
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class StructuredResult(Generic[SchemaT]):
     value: SchemaT | None
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
-    error_code: str = "ModelOutputInvalid"
+    error_code: ErrorCode = ErrorCode.MODEL_OUTPUT_INVALID
     """``Timeout``, ``ModelError`` (the provider failed) or ``ModelOutputInvalid``."""
     model: ModelIdentity | None = None
     """The model that was called (its settings, else what its last response reported)."""
@@ -219,7 +219,7 @@ async def structured_call(
     try:
         result.value = await asyncio.wait_for(retried.ainvoke(messages, config=config), timeout)
     except TimeoutError:
-        result.error, result.error_code = "timed out before the model answered", "Timeout"
+        result.error, result.error_code = "timed out before the model answered", ErrorCode.TIMEOUT
     except Exception as exc:  # a provider error must degrade the node, not the run
         logger.warning("structured call to %s failed: %s", schema.__name__, exc)
         result.error, result.error_code = _describe_failure(exc, schema, exc in mismatches)
@@ -227,13 +227,18 @@ async def structured_call(
     return result
 
 
-def _describe_failure(exc: Exception, schema: type[BaseModel], mismatch: bool) -> tuple[str, str]:
+def _describe_failure(
+    exc: Exception, schema: type[BaseModel], mismatch: bool
+) -> tuple[str, ErrorCode]:
     """The error message and code of a call whose last attempt raised ``exc``."""
     if mismatch:
         return (
             f"the model's output did not match the {schema.__name__} schema",
-            "ModelOutputInvalid",
+            ErrorCode.MODEL_OUTPUT_INVALID,
         )
     if isinstance(exc, OutputParserException | ValidationError | ValueError):
-        return f"the model's output did not parse as {schema.__name__}", "ModelOutputInvalid"
-    return "the model call failed; the server log has the details", "ModelError"
+        return (
+            f"the model's output did not parse as {schema.__name__}",
+            ErrorCode.MODEL_OUTPUT_INVALID,
+        )
+    return "the model call failed; the server log has the details", ErrorCode.MODEL_ERROR

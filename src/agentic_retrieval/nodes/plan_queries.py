@@ -23,6 +23,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agentic_retrieval.context import Context
+from agentic_retrieval.errors import ErrorCode
 from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.graph.events import Planning, begin, complete, emit
 from agentic_retrieval.graph.records import ErrorInfo, PlanningActivity, Subquery
@@ -98,12 +99,14 @@ async def plan_queries(
         planned = [Subquery(id="q0.0", text=state.question)]
         if plan is not None:
             degraded = ErrorInfo.of(
-                "ModelOutputInvalid", "the plan asked for retrieval but had no usable query"
+                ErrorCode.MODEL_OUTPUT_INVALID,
+                "the plan asked for retrieval but had no usable query",
             )
     planned, dropped = _drop_malformed_filters(planned)
     if dropped and degraded is None:
         degraded = ErrorInfo.of(
-            "InvalidFilter", "dropped the planner's malformed filter(s): " + "; ".join(dropped)
+            ErrorCode.INVALID_FILTER,
+            "dropped the planner's malformed filter(s): " + "; ".join(dropped),
         )
     if record.error is None and degraded is not None:
         record = record.model_copy(update={"error": degraded})

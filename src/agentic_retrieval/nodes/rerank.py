@@ -24,6 +24,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agentic_retrieval.context import Context, applied_threshold, threshold_rule
+from agentic_retrieval.errors import ErrorCode
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.effort import result_signals
 from agentic_retrieval.graph.events import Reranking, begin, complete, emit
@@ -92,7 +93,7 @@ async def rerank(
         timed_out = True
         scores, calibrated, _, usage = await _score(LexicalReranker(), to_score, queries)
         error = ErrorInfo.of(
-            "Timeout",
+            ErrorCode.TIMEOUT,
             f"reranker {reranker.name} ran out of time; "
             "candidates were ranked by lexical coverage instead",
         )
@@ -337,7 +338,7 @@ async def _score(
     except Exception as exc:  # a failing reranker degrades to lexical scores
         logger.warning("reranker %s failed, falling back to lexical: %s", reranker.name, exc)
         message = f"reranker {reranker.name} failed; candidates were ranked by lexical coverage"
-        error = ErrorInfo.of("RerankerError", message)
+        error = ErrorInfo.of(ErrorCode.RERANKER_ERROR, message)
         reranker = LexicalReranker()
         results = [await _score_one(reranker, q, g) for q, g in by_query.items()]
     best: dict[tuple[str, str], float] = {}

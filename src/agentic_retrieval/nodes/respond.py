@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context, applied_threshold
+from agentic_retrieval.errors import ErrorCode
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.events import Done, begin, complete, emit
 from agentic_retrieval.graph.records import (
@@ -139,7 +140,7 @@ def _summary_entries(
         step = begin(runtime, "timeout", RuntimeLimitActivity)
         entries.append(
             RuntimeLimitActivity(
-                key="timeout", started=step.started, error=ErrorInfo.of("Timeout", message)
+                key="timeout", started=step.started, error=ErrorInfo.of(ErrorCode.TIMEOUT, message)
             )
         )
     for entry in entries:

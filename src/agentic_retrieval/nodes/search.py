@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from agentic_retrieval.context import Context
-from agentic_retrieval.errors import SourceError
+from agentic_retrieval.errors import ErrorCode, SourceError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.events import Searched, begin, complete, emit
 from agentic_retrieval.graph.records import (
@@ -107,35 +107,39 @@ async def _run(
     run_left = task.deadline - time.time()
     bound = min(task.timeout, run_left)
     if bound <= 0:
-        return [], ErrorInfo.of("Timeout", "the run's time limit elapsed before searching"), True
+        return (
+            [],
+            ErrorInfo.of(ErrorCode.TIMEOUT, "the run's time limit elapsed before searching"),
+            True,
+        )
     if query.enforce_permissions and not trims_by_permission(source):
         message = (
             f"knowledge source '{source.name}' cannot trim results by permission, and "
             "permissions are enforced: it was not searched"
         )
-        return [], ErrorInfo.of("PermissionsNotEnforced", message), False
+        return [], ErrorInfo.of(ErrorCode.PERMISSIONS_NOT_ENFORCED, message), False
     try:
         hits = await asyncio.wait_for(source.search(query), bound)
     except TimeoutError:
         deadline_hit = run_left <= task.timeout
         limit = "the run's time limit" if deadline_hit else f"its {task.timeout:g} s timeout"
         message = f"knowledge source '{source.name}' did not answer within {limit}"
-        return [], ErrorInfo.of("Timeout", message), deadline_hit
+        return [], ErrorInfo.of(ErrorCode.TIMEOUT, message), deadline_hit
     except SourceError as exc:
-        return [], ErrorInfo.of(exc.code, exc.message), False
+        return [], ErrorInfo.of_source(exc), False
     except ODataError as exc:
-        return [], ErrorInfo.of("InvalidFilter", str(exc)), False
+        return [], ErrorInfo.of(ErrorCode.INVALID_FILTER, str(exc)), False
     except Exception as exc:  # any source bug must become a partial response, not a crash
         _log_failure(source.name, exc)
         # the response names the source, never the exception: its text is the server's
         message = f"knowledge source '{source.name}' failed; the server log has the details"
-        return [], ErrorInfo.of("KnowledgeSourceError", message), False
+        return [], ErrorInfo.of(ErrorCode.KNOWLEDGE_SOURCE_ERROR, message), False
     try:
         valid = [h if isinstance(h, Hit) else Hit.model_validate(h) for h in list(hits)]
     except (ValidationError, TypeError) as exc:
         _log_failure(source.name, exc)
         message = f"knowledge source '{source.name}' returned malformed hits"
-        return [], ErrorInfo.of("KnowledgeSourceError", message), False
+        return [], ErrorInfo.of(ErrorCode.KNOWLEDGE_SOURCE_ERROR, message), False
     return valid[: query.top], None, False
 
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentic_retrieval.errors import (
     AzureSourceConfigurationError,
+    ErrorCode,
     FilterNotSupportedError,
     MissingDependencyError,
     PermissionsNotEnforceableError,
@@ -65,13 +66,13 @@ QUERY_SOURCE_AUTHORIZATION = "x-ms-query-source-authorization"
 # HTTP status -> SourceError code. 429 and 503 reach this table only once the SDK's retry
 # policy has given up.
 _STATUS_CODES = {
-    400: "InvalidRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "IndexNotFound",
-    408: "Timeout",
-    429: "Throttled",
-    503: "Throttled",
+    400: ErrorCode.INVALID_REQUEST,
+    401: ErrorCode.UNAUTHORIZED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.INDEX_NOT_FOUND,
+    408: ErrorCode.TIMEOUT,
+    429: ErrorCode.THROTTLED,
+    503: ErrorCode.THROTTLED,
 }
 
 
@@ -130,14 +131,14 @@ def map_http_error(exc: HttpResponseError, *, index_name: str) -> SourceError:
 
     """
     status = exc.status_code or 0
-    code = _STATUS_CODES.get(status, "ServiceError")
+    code = _STATUS_CODES.get(status, ErrorCode.SERVICE_ERROR)
     service_message = ""
     odata_error = getattr(exc, "error", None)
     if odata_error is not None and getattr(odata_error, "message", None):
         service_message = f": {odata_error.message}"
     if status == 404:
         return SourceError(code, f"index '{index_name}' was not found (HTTP 404){service_message}")
-    if code == "Throttled":
+    if code == ErrorCode.THROTTLED:
         return SourceError(
             code, f"index '{index_name}' is throttled (HTTP {status}), retries exhausted"
         )
@@ -297,7 +298,7 @@ class AzureSearchKnowledgeSource:
         missing = [f for f in wanted if f not in defined]
         if missing:
             raise AzureSourceConfigurationError(
-                "FieldNotFound",
+                ErrorCode.FIELD_NOT_FOUND,
                 f"index '{self.index_name}' has no field(s) {', '.join(missing)}",
             )
         if self.semantic_configuration:
@@ -305,7 +306,7 @@ class AzureSearchKnowledgeSource:
             names = {c.name for c in (semantic.configurations or [])} if semantic else set()
             if self.semantic_configuration not in names:
                 raise AzureSourceConfigurationError(
-                    "SemanticConfigurationNotFound",
+                    ErrorCode.SEMANTIC_CONFIGURATION_NOT_FOUND,
                     f"index '{self.index_name}' has no semantic configuration "
                     f"'{self.semantic_configuration}'",
                 )
@@ -420,11 +421,13 @@ class AzureSearchKnowledgeSource:
             raise map_http_error(exc, index_name=self.index_name) from exc
         except ServiceRequestError as exc:
             raise SourceError(
-                "ServiceUnavailable", f"could not reach the search service for '{self.index_name}'"
+                ErrorCode.SERVICE_UNAVAILABLE,
+                f"could not reach the search service for '{self.index_name}'",
             ) from exc
         except ServiceResponseError as exc:
             raise SourceError(
-                "Timeout", f"no complete response from the search service for '{self.index_name}'"
+                ErrorCode.TIMEOUT,
+                f"no complete response from the search service for '{self.index_name}'",
             ) from exc
         return [self._to_hit(document) for document in documents]
 

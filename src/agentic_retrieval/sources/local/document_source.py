@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from agentic_retrieval.errors import (
+    ErrorCode,
     FilterNotSupportedError,
     PermissionsNotEnforceableError,
     SourceError,
@@ -142,12 +143,12 @@ class DocumentKnowledgeSource:
         except StoreClosedError:
             # deleted while this run was under way: an error record, not a failure
             raise SourceError(
-                "KnowledgeSourceUnavailable",
+                ErrorCode.KNOWLEDGE_SOURCE_UNAVAILABLE,
                 f"knowledge source '{self.name}' was deleted while it was being searched",
             ) from None
         except StoreUnavailableError as exc:
             raise SourceError(
-                "KnowledgeSourceUnavailable",
+                ErrorCode.KNOWLEDGE_SOURCE_UNAVAILABLE,
                 f"knowledge source '{self.name}' is unavailable: {exc.reason}",
             ) from None
         except PermissionsNotEnforceableError:

@@ -14,6 +14,7 @@ from langchain_core.embeddings import Embeddings
 
 from agentic_retrieval.embeddings import vectors_made_with
 from agentic_retrieval.errors import (
+    ErrorCode,
     FilterNotSupportedError,
     PermissionsNotEnforceableError,
     SourceError,
@@ -192,14 +193,15 @@ class LocalKnowledgeSource:
             ) from None
         except StoreUnavailableError as exc:
             raise SourceError(
-                "KnowledgeSourceUnavailable",
+                ErrorCode.KNOWLEDGE_SOURCE_UNAVAILABLE,
                 f"knowledge source '{self.name}' is unavailable: {exc.reason}; index it again "
                 "(or restore its file) to bring it back",
             ) from None
         except sqlite3.Error as exc:
             logger.warning("local source %r: search failed: %s", self.name, exc)
             raise SourceError(
-                "KnowledgeSourceError", f"knowledge source '{self.name}' could not be searched"
+                ErrorCode.KNOWLEDGE_SOURCE_ERROR,
+                f"knowledge source '{self.name}' could not be searched",
             ) from None
 
     def search_sync(
