@@ -39,6 +39,7 @@ from agentic_retrieval.graph.records import (
     RankedHit,
     RetrievedHit,
     SourceParams,
+    SourceParamsInput,
     Subquery,
     TierDecision,
 )
@@ -118,7 +119,7 @@ class InputState:
             "Search strings to run as-is (no planning): the retrieve API's intents[].search.",
         ),
     )
-    knowledge_source_params: TurnInput[list[dict[str, Any]]] = field(
+    knowledge_source_params: TurnInput[list[SourceParamsInput]] = field(
         default_factory=list,
         metadata=_meta(
             Scope.TURN,

@@ -933,3 +933,35 @@ def test_a_response_whose_planning_fell_back_reads_back_as_200():
     assert RetrieveResponse.model_validate(data).status_code == 200
     data["activity"].append({"type": "runtimeLimit", "id": 2})
     assert RetrieveResponse.model_validate(data).status_code == 408  # timed out, nothing in
+
+
+def test_per_source_parameters_are_validated_once_with_the_request(toy_source, monkeypatch):
+    from agentic_retrieval.graph.records import KnowledgeSourceParams
+    from agentic_retrieval.wire.models import RetrieveRequest
+    from agentic_retrieval.wire.retrieve import graph_input
+
+    body = {
+        "intents": [{"search": "day pass refunds"}],
+        "knowledgeSourceParams": [{"knowledgeSourceName": "transit", "includeReferences": False}],
+    }
+    request = RetrieveRequest.model_validate(body)
+    given = graph_input(request).knowledge_source_params
+    assert given == request.knowledge_source_params  # the models themselves, not dumps
+    assert given[0] is request.knowledge_source_params[0]
+    parsed_again = []
+    validate = KnowledgeSourceParams.model_validate
+
+    def counting(*args, **kwargs):
+        parsed_again.append(args)
+        return validate(*args, **kwargs)
+
+    monkeypatch.setattr(KnowledgeSourceParams, "model_validate", counting)
+    response = KnowledgeBase([toy_source]).retrieve(body)
+    assert parsed_again == []
+    assert response.references == []  # includeReferences: false still applies
+    assert "Fares and passes" in response.text
+    # a wire-shaped dict given to the graph directly is still validated there
+    state = {"intents": ["day pass"], "knowledge_source_params": [{"knowledgeSourceName": "nope"}]}
+    with pytest.raises(UnknownKnowledgeSourceError):
+        build_graph([toy_source]).invoke(state, context=Context(reasoning_effort="minimal"))
+    assert len(parsed_again) == 1

@@ -98,3 +98,16 @@ def test_described_schemas_keep_the_state_channels():
     assert type(channels["knowledge_source_params"]) is UntrackedValue
     assert type(channels["partial"]) is BinaryOperatorAggregate
     assert type(channels["response"]) is LastValue
+
+
+def test_the_per_source_parameters_are_published_as_objects():
+    # the input takes the retrieve API's models or wire-shaped dicts; Studio's form shows objects
+    published = build_graph([]).get_input_jsonschema()["properties"]["knowledge_source_params"]
+    assert published == {
+        "default": [],
+        "description": "Per-source overrides, wire shape (knowledgeSourceName, filterAddOn, "
+        "includeReferences, includeReferenceSourceData, alwaysQuerySource, rerankerThreshold).",
+        "items": {"additionalProperties": True, "type": "object"},
+        "title": "Knowledge Source Params",
+        "type": "array",
+    }

@@ -15,9 +15,9 @@ from __future__ import annotations
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, get_args
+from typing import Annotated, Any, ClassVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from agentic_retrieval.errors import ErrorCode, SourceError
@@ -78,6 +78,14 @@ class KnowledgeSourceParams(BaseModel):
 
 SourceParams = dict[str, KnowledgeSourceParams]
 """A turn's per-source parameters, by source name."""
+
+SourceParamsInput = Annotated[
+    KnowledgeSourceParams | dict[str, Any],
+    WithJsonSchema({"additionalProperties": True, "type": "object"}),
+]
+"""One source's overrides as the graph takes them: the retrieve API's validated model (passed
+through as it is) or a wire-shaped dict (validated by ``begin_turn``). Published as an object,
+the schema Studio's input form has always shown."""
 
 
 def parse_source_params(raw: Iterable[Any]) -> SourceParams:

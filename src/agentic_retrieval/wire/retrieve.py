@@ -299,9 +299,8 @@ def graph_input(request: RetrieveRequest) -> InputState:
     return InputState(
         messages=[_to_message(m.role, m.text) for m in request.messages or [] if m.text],
         intents=[i.search for i in request.intents or []],
-        knowledge_source_params=[
-            p.model_dump(exclude_none=True) for p in request.knowledge_source_params or []
-        ],
+        # validated once, with the request: begin_turn takes the models as they are
+        knowledge_source_params=list(request.knowledge_source_params or []),
     )
 
 
