@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
+import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
 from mypy import api
 
 import agentic_retrieval
+from agentic_retrieval.state import RetrievalState, Update
+from agentic_retrieval.wiring.runtime import destinations
 
 PACKAGE = Path(agentic_retrieval.__file__).resolve().parent
 PYPROJECT = PACKAGE.parent.parent / "pyproject.toml"
@@ -63,3 +69,25 @@ def test_mypy_refuses_a_destination_the_nodes_literal_does_not_list(tmp_path):
     assert len(misspelt) == 1, errors
     assert '"goto"' in misspelt[0] and "'assess_evidense'" in misspelt[0]
     assert "'assess_evidence'" in misspelt[0]  # the Literal says what it may be
+
+
+async def decide(state: RetrievalState) -> Command[Literal["assess_evidense"]]:
+    return Command(goto="assess_evidense")
+
+
+async def assess_evidence(state: RetrievalState) -> Update:
+    return Update()
+
+
+def test_a_literal_naming_no_node_is_refused_when_the_graph_is_compiled():
+    """The other half: a misspelt name in the ``Literal`` itself (mypy cannot know the
+    graph's nodes) stops the graph from compiling, as the builder registers each node with
+    the destinations its annotation lists."""
+    assert destinations(decide) == ("assess_evidense",)
+    builder = StateGraph(RetrievalState)
+    builder.add_node("decide", decide, destinations=destinations(decide))
+    builder.add_node("assess_evidence", assess_evidence)
+    builder.add_edge(START, "decide")
+    builder.add_edge("assess_evidence", END)
+    with pytest.raises(ValueError, match="unknown node `assess_evidense`"):
+        builder.compile()
