@@ -111,3 +111,21 @@ def test_the_per_source_parameters_are_published_as_objects():
         "title": "Knowledge Source Params",
         "type": "array",
     }
+
+
+def test_studio_shows_each_published_fields_description_word_for_word():
+    # what `langgraph dev` serves for the input, output and context: the descriptions must
+    # survive however the fields are documented in the source (snapshot of the schemas)
+    import json
+
+    graph = build_graph([])
+    published = {
+        name: {key: spec.get("description") for key, spec in schema["properties"].items()}
+        for name, schema in (
+            ("input", graph.get_input_jsonschema()),
+            ("output", graph.get_output_jsonschema()),
+            ("context", graph.get_context_jsonschema()),
+        )
+    }
+    expected = json.loads((SNAPSHOT.parent / "published_descriptions.json").read_text())
+    assert published == expected
