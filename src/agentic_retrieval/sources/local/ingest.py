@@ -48,7 +48,8 @@ from agentic_retrieval.sources.local.chunking import (
     chunk_text,
 )
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS, LoadedDocument, load_file
-from agentic_retrieval.sources.local.store import ChunkRecord, FileState, LocalStore, json_default
+from agentic_retrieval.sources.local.store import ChunkRecord, FileState, json_default
+from agentic_retrieval.sources.local.store.target import IndexTarget
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ class _Candidate:
 
 
 def index_paths(
-    store: LocalStore,
+    store: IndexTarget,
     paths: Iterable[str | Path],
     *,
     metadata: Mapping[str, Any] | None = None,
@@ -174,7 +175,7 @@ def index_paths(
 
 
 def _index(
-    store: LocalStore,
+    store: IndexTarget,
     paths: Iterable[str | Path],
     user_metadata: dict[str, Any],
     embeddings: Embeddings | None,
@@ -208,7 +209,7 @@ def _index(
     _remove_missing(store, roots, seen, report)
     report.total_chunks = store.count_chunks()
     report.elapsed_seconds = time.perf_counter() - started
-    logger.info("indexed %s: %s", store.path.name, report.summary())
+    logger.info("indexed %s: %s", store.label, report.summary())
     return report
 
 
@@ -397,7 +398,7 @@ def read_regular_file(path: Path, *, follow_links: bool = True) -> tuple[bytes, 
 
 
 def _remove_missing(
-    store: LocalStore, roots: list[Path], seen: set[str], report: IndexReport
+    store: IndexTarget, roots: list[Path], seen: set[str], report: IndexReport
 ) -> None:
     prefixes = [str(root) + os.sep for root in roots]
     with store.transaction():  # one commit for all of them
@@ -429,7 +430,7 @@ class BatchWriter:
         report: Where a write that fails is reported (``failed``).
     """
 
-    def __init__(self, store: LocalStore, report: IndexReport) -> None:
+    def __init__(self, store: IndexTarget, report: IndexReport) -> None:
         self.store = store
         self.report = report
         self._pending: list[tuple[str, Callable[[], None]]] = []
@@ -474,7 +475,7 @@ class _FileIndexer:
 
     def __init__(
         self,
-        store: LocalStore,
+        store: IndexTarget,
         metadata: dict[str, Any],
         embeddings: Embeddings | None,
         settings: dict[str, Any],

@@ -55,7 +55,8 @@ from agentic_retrieval.sources.local.records import (
     RecordsFile,
     to_record,
 )
-from agentic_retrieval.sources.local.store import RECORD_PREFIX, ChunkRecord, FileState, LocalStore
+from agentic_retrieval.sources.local.store import RECORD_PREFIX, ChunkRecord, FileState
+from agentic_retrieval.sources.local.store.target import IndexTarget
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class _Prepared:
 
 
 def index_records(
-    store: LocalStore,
+    store: IndexTarget,
     records: Iterable[RecordInput],
     *,
     fields: RecordFields | None = None,
@@ -116,7 +117,7 @@ def index_records(
 
 
 def index_records_file(
-    store: LocalStore,
+    store: IndexTarget,
     path: str | Path,
     *,
     fields: RecordFields | None = None,
@@ -156,13 +157,13 @@ def index_records_file(
         return indexer.run(iter(records), progress, origin=origin, expected=expected)
 
 
-def delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
+def delete_records(store: IndexTarget, ids: Iterable[str]) -> IndexReport:
     """Remove records by id; ids that are not indexed are reported in ``failed``."""
     with store.exclusive_writer():
         return _delete_records(store, ids)
 
 
-def _delete_records(store: LocalStore, ids: Iterable[str]) -> IndexReport:
+def _delete_records(store: IndexTarget, ids: Iterable[str]) -> IndexReport:
     started = time.perf_counter()
     report = IndexReport()
     with store.transaction():  # one commit for them all
@@ -182,7 +183,7 @@ class _Indexer:
 
     def __init__(
         self,
-        store: LocalStore,
+        store: IndexTarget,
         fields: RecordFields | None,
         metadata: Mapping[str, Any] | None,
         embeddings: Embeddings | None,
@@ -241,7 +242,7 @@ class _Indexer:
             self._drop_stale(origin, seen, report)
         report.total_chunks = self.store.count_chunks()
         report.elapsed_seconds = time.perf_counter() - started
-        logger.info("indexed records into %s: %s", self.store.path.name, report.summary())
+        logger.info("indexed records into %s: %s", self.store.label, report.summary())
         return report
 
     def _drop_stale(self, origin: str, seen: set[str], report: IndexReport) -> None:

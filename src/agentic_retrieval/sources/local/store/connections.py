@@ -247,6 +247,11 @@ class StoreConnections:
                 self._close_connections()
 
     @property
+    def label(self) -> str:
+        """The store file's name, for logs."""
+        return self.path.name
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed

@@ -1,0 +1,162 @@
+"""Connections to one PostgreSQL database: one per thread, reopened after the server returns.
+
+Every store operation runs through :meth:`Database.connection`; a connection the server
+dropped (restart, failover, network) is discarded and the next operation opens a fresh one,
+so a process recovers by itself once the database is back. While it cannot connect, the
+operation raises :class:`~agentic_retrieval.errors.StoreUnavailableError` with a one-line
+reason and never the driver's traceback; the password of the URL is never shown.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from agentic_retrieval.errors import StoreError, StoreUnavailableError
+from agentic_retrieval.sources.postgres import schema
+
+CONNECT_TIMEOUT_SECONDS = 5
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def is_postgres_url(text: str) -> bool:
+    """Whether ``text`` names a PostgreSQL database (``postgresql://...``)."""
+    return text.startswith(URL_SCHEMES)
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its password, for messages and logs.
+
+    Raises:
+        StoreError: ``url`` is not a valid PostgreSQL URL (the message says why, one line).
+    """
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise StoreError(f"invalid PostgreSQL URL: {str(exc).splitlines()[0]}") from None
+    host = parts.get("host") or "localhost"
+    port = f":{parts['port']}" if parts.get("port") else ""
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    return f"postgresql://{user}{host}{port}/{parts.get('dbname') or ''}"
+
+
+def unavailable(where: str, exc: psycopg.Error) -> StoreUnavailableError:
+    """The driver's error as one line a user can act on."""
+    detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    return StoreUnavailableError(where, f"the database is unreachable ({detail.strip()})")
+
+
+class Database:
+    """One database URL, its connections (one per thread) and its migrated schema.
+
+    Args:
+        url: ``postgresql://user:password@host:port/dbname`` (libpq parameters allowed).
+
+    Raises:
+        StoreError: A URL that is not one.
+        StoreUnavailableError: The database cannot be reached.
+    """
+
+    def __init__(self, url: str) -> None:
+        if not is_postgres_url(url):
+            raise StoreError(f"not a PostgreSQL URL: {url!r} (expected postgresql://...)")
+        self.url = url
+        self.label = safe_url(url)
+        self._local = threading.local()
+        self._all: list[Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        with self.connection() as conn:
+            schema.migrate(conn)
+
+    def _open(self, *, shared: bool = True) -> Connection:
+        try:
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+            )
+        except psycopg.OperationalError as exc:
+            raise unavailable(self.label, exc) from None
+        except psycopg.ProgrammingError as exc:  # a malformed URL reaches here too
+            raise StoreError(f"invalid PostgreSQL URL: {str(exc).splitlines()[0]}") from None
+        # a plan must see each query's own store name and filter values (partial indexes)
+        conn.prepare_threshold = None
+        if shared:
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def session(self) -> Connection:
+        """A new connection of the caller's own (a session-level lock's), not this thread's.
+
+        Raises:
+            StoreUnavailableError: The database cannot be reached.
+        """
+        return self._open(shared=False)
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """This thread's connection, opened (again) when it has none or the server dropped it.
+
+        Raises:
+            StoreUnavailableError: The database cannot be reached (the connection is dropped,
+                so the next call tries again).
+        """
+        if self._closed:
+            raise StoreUnavailableError(self.label, "it was closed")
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._open()
+            self._local.conn = conn
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:
+            self._drop(conn)
+            raise unavailable(self.label, exc) from None
+        except psycopg.InterfaceError as exc:
+            self._drop(conn)
+            raise unavailable(self.label, exc) from None
+
+    def _drop(self, conn: Connection) -> None:
+        self._local.conn = None
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        conn.close()
+
+    def close(self) -> None:
+        """Close every connection this object opened."""
+        self._closed = True
+        with self._lock:
+            connections, self._all = self._all, []
+        for conn in connections:
+            conn.close()
+
+
+class _HasDatabase(Protocol):
+    database: Database
+
+
+S = TypeVar("S", bound=_HasDatabase)
+
+
+def connected(
+    method: Callable[Concatenate[S, Connection, P], R],
+) -> Callable[Concatenate[S, P], R]:
+    """Run ``method`` with this thread's connection as its first argument after ``self``."""
+
+    @wraps(method)
+    def run(store: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with store.database.connection() as conn:
+            return method(store, conn, *args, **kwargs)
+
+    return run
