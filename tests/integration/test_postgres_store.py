@@ -9,7 +9,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -194,26 +193,33 @@ def test_hybrid_search_fuses_vectors_and_keeps_filters(postgres_url: str) -> Non
 
 
 _MIGRATE = """
-import sys, time
+import sys
 from agentic_retrieval.sources.postgres import Database
-start = float(sys.argv[2])
-time.sleep(max(0.0, start - time.time()))
+print("ready", flush=True)
+sys.stdin.readline()
 Database(sys.argv[1]).close()
 """
 
 
 def test_concurrent_processes_migrate_once(postgres_url: str) -> None:
-    start = time.time() + 3.0
     env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
     runs = [
         subprocess.Popen(
-            [sys.executable, "-c", _MIGRATE, postgres_url, str(start)],
+            [sys.executable, "-c", _MIGRATE, postgres_url],
             env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for _ in range(4)
     ]
+    for run in runs:  # every process imported the library: now all open it at once
+        assert run.stdout is not None and run.stdout.readline() == "ready\n"
+    for run in runs:
+        assert run.stdin is not None
+        run.stdin.write("go\n")
+        run.stdin.flush()
     errors = [run.communicate(timeout=120)[1] for run in runs]
     assert [run.returncode for run in runs] == [0] * 4, errors
     with psycopg.connect(postgres_url) as conn:
@@ -243,10 +249,10 @@ def test_a_bad_url_fails_with_one_line(url: str) -> None:
     assert "\n" not in str(caught.value)
 
 
-def test_a_database_that_goes_down_is_unavailable_then_recovers(tmp_path: Path) -> None:
+def test_a_database_that_goes_down_is_unavailable_then_recovers() -> None:
     from tests.postgres_harness import start_postgres
 
-    server = start_postgres(tmp_path)
+    server = start_postgres()
     try:
         source = toy_source(server.url)
         server.stop()
@@ -260,4 +266,4 @@ def test_a_database_that_goes_down_is_unavailable_then_recovers(tmp_path: Path) 
         server.start()
         assert ids(source.search_sync("day pass"))[0] == "fares"  # reconnected by itself
     finally:
-        server.stop()
+        server.remove()
