@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes import TENANT_DOCS, TOY_DOCS, ConceptEmbeddings
-from tests.unit.test_odata import CASES, RECORDS
+from tests.odata_cases import CASES, RECORDS
 
 from agentic_retrieval.errors import (
     PermissionsNotEnforceableError,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -24,6 +25,9 @@ from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 from agentic_retrieval.sources.local.ingest import slugify
 from agentic_retrieval.wire.retrieve import check_request, parse_request
+
+if TYPE_CHECKING:
+    from agentic_retrieval.sources.postgres import PostgresKnowledgeSource
 
 
 class EvalTarget:
@@ -73,7 +77,9 @@ class DirectoryTarget(EvalTarget):
             self._directories[retrieval] = KnowledgeBaseDirectory(self.path).load()
         return self._directories[retrieval]
 
-    def sources(self, retrieval: str | None) -> list[LocalKnowledgeSource]:
+    def sources(
+        self, retrieval: str | None
+    ) -> list[LocalKnowledgeSource | PostgresKnowledgeSource]:
         """The sources opened for a retrieval mode.
 
         Raises:

@@ -15,7 +15,8 @@ Layout::
 (:class:`~agentic_retrieval.kb.definitions.KnowledgeBaseSettings`): a request's own values
 win over them, and they win over the service defaults.
 
-``database`` is relative to the directory, so the directory can be moved or copied as a whole.
+``database`` is relative to the directory, so the directory can be moved or copied as a whole,
+or a PostgreSQL store's URL (:mod:`~agentic_retrieval.kb.stores`).
 ``embeddings: true`` means the source was indexed with vectors of ``embedding_model``
 (``local`` for the bundled all-MiniLM-L6-v2, or ``provider:model`` for LangChain's
 ``init_embeddings``; manifests written before models had names mean ``local``) and
@@ -44,7 +45,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from filelock import FileLock, Timeout
 from langchain_core.embeddings import Embeddings
@@ -55,10 +56,17 @@ from agentic_retrieval.embeddings import (
     check_embeddings_name,
     embeddings_model_id,
     same_model,
-    vectors_made_with,
 )
 from agentic_retrieval.errors import EmbeddingsConfigError, KnowledgeBaseDirectoryError
 from agentic_retrieval.kb.definitions import KnowledgeBaseSettings
+from agentic_retrieval.kb.stores import (
+    check_dimension,
+    drop_postgres_store,
+    is_database_url,
+    note_precision,
+    open_postgres_source,
+    postgres_database,
+)
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local import (
     IndexReport,
@@ -69,6 +77,9 @@ from agentic_retrieval.sources.local import (
 from agentic_retrieval.sources.local.records import RecordFields
 from agentic_retrieval.sources.local.store import VECTOR_FILE_SUFFIX, lexical_directory
 from agentic_retrieval.wire.models import describe_validation_error
+
+if TYPE_CHECKING:
+    from agentic_retrieval.kb.stores import OpenedSource
 
 MANIFEST_NAME = "knowledge-base.json"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
@@ -118,7 +129,7 @@ class KnowledgeBaseDirectory:
         """Instructions and ``retrieveDefaults`` (change them with :meth:`update_settings`)."""
         self._entries: dict[str, SourceEntry] = {}
         self._loaded = False
-        self._open: dict[str, LocalKnowledgeSource] = {}
+        self._open: dict[str, OpenedSource] = {}
         self._lock = threading.Lock()
 
     @property
@@ -271,6 +282,7 @@ class KnowledgeBaseDirectory:
         name: str,
         description: str | None = None,
         embeddings: bool | str | None = None,
+        database: str | None = None,
     ) -> SourceEntry:
         """Add a source, or change an existing one's description or embedding model.
 
@@ -283,6 +295,8 @@ class KnowledgeBaseDirectory:
                 ``False`` turns vectors off; ``None`` keeps the current setting (off for a
                 new source). Turning vectors on re-embeds every file at the next
                 :meth:`index`.
+            database: For a new source, a PostgreSQL URL to keep its index in (see
+                :mod:`~agentic_retrieval.kb.stores`) instead of a file in the directory.
 
         Returns:
             The entry as saved.
@@ -294,16 +308,28 @@ class KnowledgeBaseDirectory:
         self._require_loaded()
         _check_name(name, "source")
         with self._manifest_lock():
-            entry, current = self._update_entry(name, description, embeddings)
+            entry, current = self._update_entry(name, description, embeddings, database)
         if current is None:
             # create the (empty) index now, so a missing file later means it was lost
-            self.open_source(name, embeddings=False, create=True).close()
-            with self._lock:
-                self._open.pop(name, None)
+            try:
+                self.open_source(name, embeddings=False, create=True).close()
+            except KnowledgeBaseDirectoryError:  # not created (a database down): no entry
+                with self._manifest_lock():
+                    self._reload_entries()
+                    self._entries.pop(name, None)
+                    self._save()
+                raise
+            finally:
+                with self._lock:
+                    self._open.pop(name, None)
         return entry
 
     def _update_entry(
-        self, name: str, description: str | None, embeddings: bool | str | None
+        self,
+        name: str,
+        description: str | None,
+        embeddings: bool | str | None,
+        database: str | None = None,
     ) -> tuple[SourceEntry, SourceEntry | None]:
         """Re-read the manifest, change one entry, save (under the manifest lock)."""
         self._reload_entries()
@@ -313,7 +339,11 @@ class KnowledgeBaseDirectory:
             description=description
             if description is not None
             else (current.description if current else ""),
-            database=current.database if current else f"{name}.sqlite",
+            database=current.database
+            if current
+            else postgres_database(database, self.name, name)
+            if database
+            else f"{name}.sqlite",
             **_embedding_fields(current, embeddings),
         )
         if current is not None and entry.embedding_model != current.embedding_model:
@@ -355,11 +385,15 @@ class KnowledgeBaseDirectory:
         if not current.embeddings or not entry.embeddings:
             return  # turning vectors on (first model) or off is always allowed
         database = self.path / current.database
-        if not database.exists():
+        if not is_database_url(current.database) and not database.exists():
             return
         with self._lock:
             source = self._open.get(current.name)
-        probe = source or LocalKnowledgeSource(current.name, database)
+        probe = source or (
+            open_postgres_source(current, None, create=False)
+            if is_database_url(current.database)
+            else LocalKnowledgeSource(current.name, database)
+        )
         try:
             holds_vectors = probe.store.has_vectors()
         finally:
@@ -373,7 +407,7 @@ class KnowledgeBaseDirectory:
                 "re-index first"
             )
 
-    def open_sources(self, embeddings: EmbeddingsChoice = None) -> list[LocalKnowledgeSource]:
+    def open_sources(self, embeddings: EmbeddingsChoice = None) -> list[OpenedSource]:
         """Open every source (once; later calls return the same objects).
 
         Args:
@@ -383,7 +417,7 @@ class KnowledgeBaseDirectory:
 
     def open_source(
         self, name: str, embeddings: EmbeddingsChoice = None, *, create: bool = False
-    ) -> LocalKnowledgeSource:
+    ) -> OpenedSource:
         """Open one source (once; later calls return the same object).
 
         Args:
@@ -401,6 +435,10 @@ class KnowledgeBaseDirectory:
             source = self._open.get(name)
             if source is not None:
                 return source
+            if is_database_url(entry.database):
+                resolved = _resolve_embeddings(entry, embeddings, for_indexing=create)
+                self._open[name] = open_postgres_source(entry, resolved, create=create)
+                return self._open[name]
             if not create and not database.exists():
                 raise KnowledgeBaseDirectoryError(
                     f"source {name!r}: its index {database} is missing; rebuild it with "
@@ -421,8 +459,8 @@ class KnowledgeBaseDirectory:
                     "and index the source again"
                 ) from exc
             if resolved is not None:
-                _check_dimension(entry, source)
-                _note_precision(entry, resolved)
+                check_dimension(entry, source)
+                note_precision(entry, resolved)
             self._open[name] = source
             return source
 
@@ -469,7 +507,7 @@ class KnowledgeBaseDirectory:
         self._record_vectors(source_name, source)
         return report
 
-    def _record_vectors(self, name: str, source: LocalKnowledgeSource) -> None:
+    def _record_vectors(self, name: str, source: OpenedSource) -> None:
         """Copy the vectors' dimension and making into the manifest once the source has some."""
         entry = self._entry(name)
         dimension = source.store.dimension() if entry.embeddings else None
@@ -502,6 +540,9 @@ class KnowledgeBaseDirectory:
             if opened is not None:
                 opened.close()
             self._save()  # first: a crash now leaves an unused file, never a dangling entry
+        if is_database_url(entry.database):
+            drop_postgres_store(entry)
+            return
         for suffix in ("", "-wal", "-shm", ".lock", VECTOR_FILE_SUFFIX):
             (self.path / f"{entry.database}{suffix}").unlink(missing_ok=True)
         shutil.rmtree(lexical_directory(self.path / entry.database), ignore_errors=True)
@@ -567,7 +608,9 @@ def _entry_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
     name = str(raw["name"])
     _check_name(name, "source")
     database = str(raw.get("database", f"{name}.sqlite"))
-    if Path(database).is_absolute() or ".." in Path(database).parts:
+    if not is_database_url(database) and (
+        Path(database).is_absolute() or ".." in Path(database).parts
+    ):
         raise ValueError(f"source {name!r}: database must be a path inside the directory")
     embeddings = bool(raw.get("embeddings", False))
     model = raw.get("embedding_model")
@@ -656,33 +699,3 @@ def _resolve_embeddings(
         return embeddings_by_name(model)
     except EmbeddingsConfigError as exc:
         raise KnowledgeBaseDirectoryError(f"source {entry.name!r}: {exc}") from exc
-
-
-def _note_precision(entry: SourceEntry, embeddings: Embeddings) -> None:
-    """Say (in the log) when queries are embedded otherwise than the index's vectors were.
-
-    bf16 and fp32 vectors of one model were measured equivalent (cosine 0.99997 at worst,
-    nDCG@10 within 0.001), int8 ones close enough to mix (cosine 0.998 at worst, nDCG@10
-    within 0.005 either way round), so this is information, never a refusal.
-    """
-    made_with = vectors_made_with(embeddings)
-    if entry.vectors_made_with and made_with and made_with not in entry.vectors_made_with:
-        logger.info(
-            "source %r holds vectors made with %s; its queries are embedded with %s "
-            "(equivalent: see benchmarks/README.md, 'Embedding precision')",
-            entry.name,
-            ", ".join(entry.vectors_made_with),
-            made_with,
-        )
-
-
-def _check_dimension(entry: SourceEntry, source: LocalKnowledgeSource) -> None:
-    stored = source.store.dimension()
-    recorded = entry.embedding_dimension
-    if stored is not None and recorded is not None and stored != recorded:
-        source.close()
-        raise KnowledgeBaseDirectoryError(
-            f"source {entry.name!r}: its index holds {stored}-dimensional vectors but the "
-            f"manifest records {recorded} for {entry.embedding_model!r}; the index was "
-            "replaced or corrupted: index the source again"
-        )

@@ -27,6 +27,7 @@ from agentic_retrieval.cli.options import (
 )
 from agentic_retrieval.cli.render import err, index_progress, out
 from agentic_retrieval.embeddings import LOCAL
+from agentic_retrieval.errors import KnowledgeBaseDirectoryError
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.sources.local import IndexReport
 from agentic_retrieval.sources.local.ingest import RESERVED_METADATA
@@ -127,6 +128,15 @@ def index(
         str | None,
         typer.Option(help="Record field listing the group ids allowed to see the record."),
     ] = None,
+    database: Annotated[
+        str | None,
+        typer.Option(
+            "--database",
+            help="Keep a new source's index in PostgreSQL (postgresql://user@host:port/db; "
+            "the password from PGPASSWORD or ~/.pgpass) instead of a file in DIR. Needs the "
+            "postgres extra.",
+        ),
+    ] = None,
 ) -> None:
     """Create or update source NAME of the knowledge base in DIR from files, folders or records.
 
@@ -181,7 +191,21 @@ def index(
         max_output_tokens,
         reranker_threshold,
     )
-    entry = directory.add_or_update_source(source, description=description, embeddings=model)
+    if database is not None and not new_source:
+        recorded = next(e.database for e in directory.sources if e.name == source)
+        if recorded.partition("#")[0] != database:
+            raise UserError(
+                f"source {source!r} already keeps its index in {recorded.partition('#')[0]}; "
+                "--database applies to a new source"
+            )
+    try:
+        entry = directory.add_or_update_source(
+            source, description=description, embeddings=model, database=database
+        )
+    except KnowledgeBaseDirectoryError:
+        if not exists and not directory.source_names:  # nothing of this run is left behind
+            _remove_empty_kb(directory, dir_created=created_dir)
+        raise
     # the report below lists every failed file once: silence the per-file log lines
     reports: list[IndexReport] = []
     with _quiet("agentic_retrieval.sources.local", "pypdf"):
@@ -348,8 +372,13 @@ def _undo_creation(
     """Remove the empty source (and knowledge base) this run created, so none is left behind."""
     directory.remove_source(source)
     if kb_created:
-        directory.manifest_path.unlink(missing_ok=True)
-        Path(f"{directory.manifest_path}.lock").unlink(missing_ok=True)
+        _remove_empty_kb(directory, dir_created=dir_created)
+
+
+def _remove_empty_kb(directory: KnowledgeBaseDirectory, *, dir_created: bool) -> None:
+    """Remove the manifest (and the directory) of a knowledge base this run created."""
+    directory.manifest_path.unlink(missing_ok=True)
+    Path(f"{directory.manifest_path}.lock").unlink(missing_ok=True)
     if dir_created:
         with contextlib.suppress(OSError):  # not empty: something else lives there now
             directory.path.rmdir()

@@ -44,6 +44,8 @@ def safe_url(url: str) -> str:
         parts = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise StoreError(f"invalid PostgreSQL URL: {str(exc).splitlines()[0]}") from None
+    if not all(p.strip().isdigit() for p in str(parts.get("port") or "0").split(",")):
+        raise StoreError(f"invalid PostgreSQL URL: the port {parts['port']!r} is not a number")
     host = parts.get("host") or "localhost"
     port = f":{parts['port']}" if parts.get("port") else ""
     user = f"{parts['user']}@" if parts.get("user") else ""

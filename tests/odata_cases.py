@@ -1,0 +1,93 @@
+"""Records and OData filters with their expected matches, shared by every filter compiler's test.
+
+The Python evaluator, the SQLite compiler (tests/unit/test_odata.py) and the PostgreSQL one
+(tests/integration/test_postgres_store.py) must all give these answers.
+"""
+
+from __future__ import annotations
+
+RECORDS: dict[str, dict] = {
+    "r1": {
+        "category": "guide",
+        "year": 2019,
+        "rating": 4.5,
+        "active": True,
+        "tags": ["hr", "benefits"],
+        "published": "2019-05-01T10:00:00Z",
+        "owner": {"name": "ann"},
+        "people": [{"name": "ann", "age": 30}],
+    },
+    "r2": {
+        "category": "policy",
+        "year": 2021,
+        "rating": 3.0,
+        "active": False,
+        "tags": ["legal"],
+        "published": "2021-01-01T00:00:00+02:00",
+        "owner": {"name": "bob"},
+        "people": [{"name": "bob", "age": 50}],
+    },
+    "r3": {
+        "category": "guide",
+        "year": 2023,
+        "rating": None,
+        "active": True,
+        "tags": [],
+        "published": "2023-12-31T23:59:59Z",
+        "note": "it's here",
+    },
+    "r4": {
+        "category": "it's",
+        "year": 2024,
+        "tags": ["hr"],
+        "published": "not a date",
+        "people": [{"name": "cy", "age": 20}, {"name": "di", "age": 61}],
+    },
+    "r5": {"year": "2020", "rating": 5, "tags": "hr", "published": 2020},
+}
+
+CASES = [
+    ("category eq 'guide'", ["r1", "r3"]),
+    ("category ne 'guide'", ["r2", "r4", "r5"]),
+    ("year gt 2021", ["r3", "r4"]),
+    ("year ge 2021", ["r2", "r3", "r4"]),
+    ("year lt 2021", ["r1"]),
+    ("year le 2021", ["r1", "r2"]),
+    ("2021 lt year", ["r3", "r4"]),
+    ("rating eq null", ["r3", "r4"]),
+    ("rating ne null", ["r1", "r2", "r5"]),
+    ("rating gt null", []),
+    ("rating ge 4", ["r1", "r5"]),
+    ("rating eq 3", ["r2"]),
+    ("active eq true", ["r1", "r3"]),
+    ("active eq false", ["r2"]),
+    ("active", ["r1", "r3"]),
+    ("not active", ["r2", "r4", "r5"]),
+    ("category eq 'it''s'", ["r4"]),
+    ("note eq 'it''s here'", ["r3"]),
+    ("published ge 2021-01-01T00:00:00Z", ["r3"]),
+    ("published lt 2021-01-01T00:00:00Z", ["r1", "r2"]),
+    ("published eq 2020-12-31T22:00:00Z", ["r2"]),
+    ("published le 2019-05-01T12:00:00+02:00", ["r1"]),
+    ("search.in(category, 'policy,it''s')", ["r2", "r4"]),
+    ("search.in(category, 'guide policy')", ["r1", "r2", "r3"]),
+    ("search.in(category, 'guide|x y', '|')", ["r1", "r3"]),
+    ("tags/any(t: t eq 'hr')", ["r1", "r4"]),
+    ("tags/any()", ["r1", "r2", "r4"]),
+    ("not tags/any()", ["r3", "r5"]),
+    ("tags/all(t: t eq 'hr')", ["r3", "r4", "r5"]),
+    ("tags/any(t: search.in(t, 'legal,benefits'))", ["r1", "r2"]),
+    ("people/any(p: p/age gt 60)", ["r4"]),
+    ("people/any(p: p/name eq 'bob' and p/age eq 50)", ["r2"]),
+    ("owner/name eq 'ann'", ["r1"]),
+    ("a eq 1 or year eq 2019 and category eq 'policy'", []),
+    ("category eq 'policy' or year eq 2019 and category eq 'guide'", ["r1", "r2"]),
+    ("(category eq 'policy' or year eq 2019) and category eq 'guide'", ["r1"]),
+    ("not (year gt 2020) and category eq 'guide'", ["r1"]),
+    ("not not active", ["r1", "r3"]),
+    ("year eq '2020'", ["r5"]),
+    ("year eq 2020", []),
+    ("true", ["r1", "r2", "r3", "r4", "r5"]),
+    ("false or year eq 2024", ["r4"]),
+    ("missing eq null and missing ne 'x'", ["r1", "r2", "r3", "r4", "r5"]),
+]
