@@ -19,7 +19,7 @@ User text is never parsed as ``tsquery`` syntax: the store's own query terms
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from agentic_retrieval.sources.local.store.lexical import query_terms
 from agentic_retrieval.sources.postgres.schema import TEXT_CONFIG
@@ -46,35 +46,41 @@ def tsquery(lexemes: list[str]) -> str:
     return " | ".join("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes)
 
 
-def ranking_sql(ranking: LexicalRanking, where: str) -> str:
+def ranking_query(
+    ranking: LexicalRanking,
+    store: str,
+    lexemes: list[str],
+    where: tuple[str, list[Any]],
+    limit: int,
+) -> tuple[str, list[Any]]:
     """The query ranking one store's chunks that pass ``where`` (a condition on ``c``, ``f``).
 
-    Its parameters, in order: the store, the lexemes (``text[]``), the ``tsquery`` text, the
-    store again, then ``where``'s own, then the limit.
+    The query terms' IDF is read once (a materialised ``w``, one index lookup per term), and
+    each matching chunk's term frequencies come from its own ``tsvector``: a plan that joined
+    the terms' table per chunk took 500 ms for a Cranfield query.
     """
+    condition, values = where
+    query = tsquery(lexemes)
+    match = f"c.store = %s AND c.terms @@ to_tsquery('simple', %s) AND {condition}"
+    tail = [store, query, *values, limit]
     if ranking == "ts_rank_cd":
-        return (
-            "WITH q AS (SELECT %s::text AS store, %s::text[] AS lexemes, "
-            "to_tsquery('simple', %s) AS query) "
-            "SELECT c.rid, ts_rank_cd(c.terms, q.query) AS score "
-            "FROM q, ar_chunks c JOIN ar_files f ON f.id = c.file_id "
-            f"WHERE c.store = %s AND c.terms @@ q.query AND {where} "
-            "ORDER BY score DESC, c.rid LIMIT %s"
+        sql = (
+            "SELECT c.rid, ts_rank_cd(c.terms, to_tsquery('simple', %s)) AS score "
+            "FROM ar_chunks c JOIN ar_files f ON f.id = c.file_id "
+            f"WHERE {match} ORDER BY score DESC, c.rid LIMIT %s"
         )
-    return (
-        "WITH q AS (SELECT %s::text AS store, %s::text[] AS lexemes, "
-        "to_tsquery('simple', %s) AS query), "
-        "s AS (SELECT greatest(st.chunk_count, 1)::float8 AS n, "
+        return sql, [query, *tail]
+    sql = (
+        "WITH s AS MATERIALIZED (SELECT greatest(st.chunk_count, 1)::float8 AS n, "
         "greatest(st.total_length::float8 / greatest(st.chunk_count, 1), 1) AS avgdl "
-        "FROM ar_stores st, q WHERE st.name = q.store), "
-        "w AS (SELECT t.term, ln(1 + (s.n - t.df + 0.5) / (t.df + 0.5)) AS idf "
-        "FROM ar_terms t, q, s WHERE t.store = q.store AND t.term = ANY(q.lexemes)) "
-        f"SELECT c.rid, sum(w.idf * (u.tf * {K1 + 1}) / "
-        f"(u.tf + {K1} * (1 - {B} + {B} * c.length / s.avgdl))) AS score "
-        "FROM q, s, ar_chunks c JOIN ar_files f ON f.id = c.file_id "
-        "CROSS JOIN LATERAL (SELECT x.lexeme, coalesce(array_length(x.positions, 1), 1) AS tf "
-        "FROM unnest(c.terms) x WHERE x.lexeme = ANY(q.lexemes)) u "
-        "JOIN w ON w.term = u.lexeme "
-        f"WHERE c.store = %s AND c.terms @@ q.query AND {where} "
-        "GROUP BY c.rid ORDER BY score DESC, c.rid LIMIT %s"
+        "FROM ar_stores st WHERE st.name = %s), "
+        "w AS MATERIALIZED (SELECT t.term, ln(1 + (s.n - t.df + 0.5) / (t.df + 0.5)) AS idf "
+        "FROM ar_terms t, s WHERE t.store = %s AND t.term = ANY(%s::text[])) "
+        f"SELECT c.rid, (SELECT sum(w.idf * (x.tf * {K1 + 1}) / "
+        f"(x.tf + {K1} * (1 - {B} + {B} * c.length / s.avgdl))) "
+        "FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1) AS tf "
+        "FROM unnest(c.terms)) x JOIN w ON w.term = x.lexeme) AS score "
+        "FROM s, ar_chunks c JOIN ar_files f ON f.id = c.file_id "
+        f"WHERE {match} ORDER BY score DESC, c.rid LIMIT %s"
     )
+    return sql, [store, store, lexemes, *tail]

@@ -130,8 +130,9 @@ class PostgresStore(PostgresContents):
         lexemes: list[str] = list(row[0]) if row else []
         if not lexemes:
             return []
-        sql = lexical.ranking_sql(self.lexical_ranking, where)
-        query_params = [self.name, lexemes, lexical.tsquery(lexemes), self.name, *params, depth]
+        sql, query_params = lexical.ranking_query(
+            self.lexical_ranking, self.name, lexemes, (where, params), depth
+        )
         return [(int(r[0]), float(r[1])) for r in conn.execute(sql, query_params)]
 
     def _dense(
