@@ -1,4 +1,4 @@
-"""Lexical ranking on PostgreSQL: its own ``ts_rank_cd`` and BM25 in SQL, against the embedded store.
+"""Lexical ranking on PostgreSQL: its own ``ts_rank_cd`` and BM25 in SQL, against the embedded one.
 
 The same Cranfield documents (../shared/collections/cranfield: 1,400 abstracts, 225 queries,
 graded judgements) are indexed as records, lexical only, into the embedded store (tantivy
@@ -34,9 +34,7 @@ DEPTH = 100
 
 def load() -> tuple[list[dict[str, str]], dict[str, str], list[tuple[str, str, int]]]:
     corpus = [json.loads(line) for line in (CRANFIELD / "corpus.jsonl").open()]
-    queries = {
-        q["_id"]: q["text"] for q in map(json.loads, (CRANFIELD / "queries.jsonl").open())
-    }
+    queries = {q["_id"]: q["text"] for q in map(json.loads, (CRANFIELD / "queries.jsonl").open())}
     qrels = []
     for line in list((CRANFIELD / "qrels" / "test.tsv").open())[1:]:
         qid, did, score = line.split()
@@ -100,8 +98,10 @@ def main() -> None:
             pg.add_documents(records)
             pg_index = time.perf_counter() - started
             chunks = pg.store.count_chunks()
-            print(f"indexed {len(records)} documents ({chunks} chunks): embedded "
-                  f"{local_index:.1f} s, PostgreSQL {pg_index:.1f} s")
+            print(
+                f"indexed {len(records)} documents ({chunks} chunks): embedded "
+                f"{local_index:.1f} s, PostgreSQL {pg_index:.1f} s"
+            )
 
             def embedded(text: str) -> list[tuple[str, float]]:
                 return [(h.id, h.score) for h in local.store.search(text, top=DEPTH)]
