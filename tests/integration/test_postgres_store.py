@@ -267,3 +267,31 @@ def test_a_database_that_goes_down_is_unavailable_then_recovers() -> None:
         assert ids(source.search_sync("day pass"))[0] == "fares"  # reconnected by itself
     finally:
         server.remove()
+
+
+def test_one_indexing_run_per_store_across_processes(postgres_url: str) -> None:
+    from agentic_retrieval.errors import StoreBusyError
+
+    first = PostgresStore(postgres_url, "busy", create=True)
+    second = PostgresStore(postgres_url, "busy")  # another process's view: its own database
+    other = PostgresStore(postgres_url, "other", create=True)
+    with first.exclusive_writer():
+        with pytest.raises(StoreBusyError, match="being written by another indexing run"):
+            with second.exclusive_writer():
+                pass
+        with other.exclusive_writer():  # another store is not held up
+            pass
+    with second.exclusive_writer():  # released with the run
+        pass
+
+
+def test_a_failed_batch_leaves_the_statistics_as_they_were(postgres_url: str) -> None:
+    source = toy_source(postgres_url)
+    before = source.search_sync("late fee tram")
+    with pytest.raises(RuntimeError), source.store.transaction():
+        source.add_documents([{"id": "x", "text": "late late late fee"}])
+        raise RuntimeError("the process dies mid-batch")
+    assert source.store.count_chunks() == 4
+    assert [(h.doc_key, h.score) for h in source.search_sync("late fee tram")] == [
+        (h.doc_key, h.score) for h in before
+    ]
