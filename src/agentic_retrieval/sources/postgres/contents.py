@@ -422,6 +422,12 @@ class PostgresContents:
                 self._record_vectors(conn, len(vectors[0]), dimension)
             if permissions is not None:
                 self._write_permissions(conn, file_id, permissions)
+            conn.execute(
+                "INSERT INTO ar_postings (store, term, rid, tf, length) "
+                "SELECT c.store, u.lexeme, c.rid, coalesce(array_length(u.positions, 1), 1), "
+                "c.length FROM ar_chunks c, unnest(c.terms) u WHERE c.file_id = %s",
+                (file_id,),
+            )
             self._count_terms(conn, file_id, +1)  # last: only once the file's write succeeded
 
     def _count_terms(self, conn: Connection, file_id: int, sign: int) -> None:

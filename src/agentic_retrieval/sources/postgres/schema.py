@@ -86,6 +86,15 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX ar_chunks_file ON ar_chunks (file_id, ordinal);
     CREATE INDEX ar_chunks_terms ON ar_chunks USING gin (terms);
+    CREATE TABLE ar_postings (
+        store text NOT NULL,
+        term text NOT NULL,
+        rid bigint NOT NULL REFERENCES ar_chunks(rid) ON DELETE CASCADE,
+        tf integer NOT NULL,
+        length integer NOT NULL,
+        PRIMARY KEY (store, term, rid) INCLUDE (tf, length)
+    );
+    CREATE INDEX ar_postings_rid ON ar_postings (rid);
     CREATE TABLE ar_terms (
         store text NOT NULL,
         term text NOT NULL,
