@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import shutil
@@ -67,5 +68,6 @@ def postgres_server() -> Iterator[RunningPostgres]:
 @pytest.fixture
 def postgres_url(postgres_server: RunningPostgres, request: pytest.FixtureRequest) -> str:
     """The URL of an empty database of its own for this test (with ``vector`` created)."""
-    name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:50]
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]  # parametrised cases
+    name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40] + "_" + digest
     return new_database(postgres_server.url, name)
