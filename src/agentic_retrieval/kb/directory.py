@@ -63,9 +63,9 @@ from agentic_retrieval.kb.stores import (
     check_dimension,
     drop_postgres_store,
     is_database_url,
+    new_database,
     note_precision,
     open_postgres_source,
-    postgres_database,
 )
 from agentic_retrieval.permissions import Permissions
 from agentic_retrieval.sources.local import (
@@ -339,11 +339,7 @@ class KnowledgeBaseDirectory:
             description=description
             if description is not None
             else (current.description if current else ""),
-            database=current.database
-            if current
-            else postgres_database(database, self.name, name)
-            if database
-            else f"{name}.sqlite",
+            database=current.database if current else new_database(database, self.name, name),
             **_embedding_fields(current, embeddings),
         )
         if current is not None and entry.embedding_model != current.embedding_model:

@@ -49,6 +49,15 @@ def postgres_database(url: str, kb_name: str, source: str) -> str:
     return f"{url}#{kb_name}-{source}"
 
 
+def new_database(url: str | None, kb_name: str, source: str) -> str:
+    """The ``database`` of a new source: ``<source>.sqlite``, or its store at ``url``.
+
+    Raises:
+        KnowledgeBaseDirectoryError: ``url`` is not a PostgreSQL URL or holds a fragment.
+    """
+    return postgres_database(url, kb_name, source) if url else f"{source}.sqlite"
+
+
 def _postgres() -> type[PostgresKnowledgeSource]:
     try:
         from agentic_retrieval.sources.postgres import PostgresKnowledgeSource
