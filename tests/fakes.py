@@ -311,3 +311,62 @@ class TokenMint:
         jwk.update({"kid": kid, "use": "sig", "alg": "RS256"})
         path.write_text(json.dumps({"keys": [jwk]}))
         return path
+
+
+# --- an entity graph over a small corpus with real relations ---------------------------------
+
+COMPANY_ONTOLOGY = """{
+  "@context": {"owl": "http://www.w3.org/2002/07/owl#",
+               "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
+               "xsd": "http://www.w3.org/2001/XMLSchema#",
+               "ex": "http://example.org/companies#"},
+  "@graph": [
+    {"@id": "ex:Organization", "@type": "owl:Class", "rdfs:comment": "A company or lab"},
+    {"@id": "ex:Person", "@type": "owl:Class"},
+    {"@id": "ex:City", "@type": "owl:Class"},
+    {"@id": "ex:acquired", "@type": "owl:ObjectProperty",
+     "rdfs:domain": {"@id": "ex:Organization"}, "rdfs:range": {"@id": "ex:Organization"}},
+    {"@id": "ex:locatedIn", "@type": "owl:ObjectProperty",
+     "rdfs:domain": {"@id": "ex:Organization"}, "rdfs:range": {"@id": "ex:City"}},
+    {"@id": "ex:foundedBy", "@type": "owl:ObjectProperty",
+     "rdfs:domain": {"@id": "ex:Organization"}, "rdfs:range": {"@id": "ex:Person"}},
+    {"@id": "ex:foundedYear", "@type": "owl:DatatypeProperty",
+     "rdfs:domain": {"@id": "ex:Organization"}, "rdfs:range": {"@id": "xsd:integer"}}
+  ]
+}"""
+"""Organizations, people and cities: who acquired whom, where each is, who founded it."""
+
+COMPANY_DOCS = [
+    {"id": "acme", "title": "Acme Corp", "text": "Acme Corp acquired Beta Labs in 2021."},
+    {
+        "id": "beta",
+        "title": "Beta Labs",
+        "text": "Beta Labs has its offices in Oslo. It was founded by Dana Smith in 2015.",
+    },
+    {"id": "gamma", "title": "Gamma Works", "text": "Gamma Works is a bakery in Lyon."},
+]
+"""A corpus whose answer to "where is the company Acme acquired?" spans two documents."""
+
+
+def triple(subject, subject_type, predicate, obj, object_type=None, confidence=0.9):
+    """One extracted triple as a scripted model returns it."""
+    return {
+        "subject": subject,
+        "subject_type": subject_type,
+        "predicate": predicate,
+        "object": obj,
+        "object_type": object_type,
+        "confidence": confidence,
+    }
+
+
+COMPANY_TRIPLES = {
+    "acme": [triple("Acme Corp", "Organization", "acquired", "Beta Labs", "Organization")],
+    "beta": [
+        triple("Beta Labs", "Organization", "locatedIn", "Oslo", "City"),
+        triple("Beta Labs", "Organization", "foundedBy", "Dana Smith", "Person"),
+        triple("Beta Labs", "Organization", "foundedYear", "2015"),
+    ],
+    "gamma": [triple("Gamma Works", "Organization", "locatedIn", "Lyon", "City")],
+}
+"""What a scripted extraction model answers for each document of COMPANY_DOCS (one chunk each)."""

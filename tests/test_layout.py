@@ -65,6 +65,7 @@ COMPONENTS = (
     "permissions",
     "embeddings",
     "local_model",
+    "entitygraph",
 )
 """What the graph and the edges are built from: models, sources, rerankers, text, filters, the
 bundled embedding model."""

@@ -35,6 +35,10 @@ that catches those keeps working. The kinds:
   an invalid definition (400), a missing resource (404), a conflict (409), a failed
   precondition (412), an unsupported (415) or unreadable (400) upload.
 - :class:`RerankError`: the LLM grader produced no scores and has no fallback.
+- :class:`EntityGraphError`: an entity graph: :class:`OntologyError` (an ontology that is not
+  the JSON-LD this library reads, or declares no class), :class:`GraphQueryError` (a graph
+  query outside the supported GQL subset or the ontology), :class:`GraphQueryCostError` (one
+  that would visit more than its bound).
 
 Each class is also importable from the module that raises it (e.g.
 ``agentic_retrieval.odata.ODataError``). The interfaces' own errors stay outside this
@@ -523,3 +527,32 @@ class UnreadableFileError(ServiceError, ValueError):
 
 class RerankError(AgenticRetrievalError, RuntimeError):
     """The grader could not produce scores and no fallback reranker was configured."""
+
+
+# --- entity graphs ---------------------------------------------------------------------------
+
+
+class EntityGraphError(AgenticRetrievalError, ValueError):
+    """An entity graph's ontology, query or store refused what it was given."""
+
+
+class OntologyError(EntityGraphError):
+    """An ontology is not valid JSON-LD of the supported subset, or declares no class."""
+
+
+class GraphQueryError(EntityGraphError):
+    """A graph query does not parse as the supported GQL subset or does not fit the ontology.
+
+    Args:
+        message: What is wrong, naming the offending part.
+        position: Character offset in the query text (``None`` for a validation error).
+    """
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        where = f" (at character {position})" if position is not None else ""
+        super().__init__(f"{message}{where}")
+        self.position = position
+
+
+class GraphQueryCostError(GraphQueryError):
+    """A graph query visited more rows, or ran longer, than its bound allows."""

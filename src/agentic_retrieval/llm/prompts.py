@@ -94,3 +94,31 @@ Use this scale:
 Judge the passage on its own text only, not on what you know. Fractions such as 2.5 are
 allowed. Return the grade for the passage."""
 """System prompt of the pointwise grader: the human message holds the query and one passage."""
+
+GRAPH_EXTRACTION_PROMPT = """\
+You extract a knowledge graph from one passage of a document, using only this ontology:
+
+{ontology}
+
+Return every fact the passage states as a triple: the subject's name and class, the property,
+and the object's name and class (for a property whose object is a value, the value itself and
+no class). Use only the classes and properties listed; leave out facts that do not fit them.
+Name entities as the passage does, in full (not "it" or "the company"). Give each triple a
+confidence between 0 and 1 that the passage states it."""
+"""System prompt of graph extraction: the human message holds the passage."""
+
+GRAPH_QUERY_PROMPT = """\
+You write one graph query that finds the facts a question needs, in this subset of GQL:
+
+MATCH (a:Class {{name: "Exact Name"}})-[:property]->(b:Class)-[:property]->(c)
+WHERE b.name CONTAINS "text" AND c.type = "Class"
+RETURN a.name, b.name, c.name
+LIMIT 20
+
+A pattern has 1 to 3 edges; an edge is -[:property]->, <-[:property]- or -[:property]-.
+Filters compare name, id or type with a quoted string by =, <> or CONTAINS, joined by AND.
+Use only the classes and properties of this ontology:
+
+{ontology}"""
+"""System prompt of the graph query writer: the human message holds the question (and the
+error of the previous attempt, when there was one)."""

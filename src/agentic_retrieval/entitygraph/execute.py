@@ -1,0 +1,241 @@
+"""Run a validated :class:`~agentic_retrieval.entitygraph.gql.GraphQuery` over the edge list.
+
+The pattern is matched from its most selective node (one with a ``name`` or ``id``
+equality), outwards hop by hop, one store lookup per hop for the whole frontier. Every row
+the store returns counts against :attr:`CostBound.max_rows` and the clock against
+:attr:`CostBound.max_seconds`: past either, the query stops with a
+:class:`~agentic_retrieval.errors.GraphQueryCostError` rather than scanning on. Each result
+row keeps the assertions it was built from (its evidence: chunk and document ids).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentic_retrieval.entitygraph.gql import Condition, EdgePattern, GraphQuery, NodePattern
+from agentic_retrieval.entitygraph.ontology import Ontology
+from agentic_retrieval.entitygraph.store import Assertion, EdgeStore, Entity, entity_id
+from agentic_retrieval.errors import GraphQueryCostError
+
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class CostBound:
+    """How much one graph query may cost before it is stopped."""
+
+    max_rows: int = 20_000
+    """Assertions and entities read from the store, over every hop."""
+    max_seconds: float = 2.0
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One matched path, projected by ``RETURN``, with the assertions it rests on."""
+
+    values: dict[str, Any]
+    evidence: tuple[Assertion, ...]
+
+    def describe(self) -> str:
+        """The path as one line of text (what the reranker and the answer model read)."""
+        parts = []
+        seen: set[str] = set()
+        for a in self.evidence:
+            if a.fact_id in seen:
+                continue
+            seen.add(a.fact_id)
+            target = a.object_name if a.object_id else a.object_literal
+            parts.append(
+                f"{a.subject_name} ({a.subject_type}) {a.predicate} {target}"
+                + (f" ({a.object_type})" if a.object_type else "")
+            )
+        return "; ".join(parts)
+
+
+@dataclass
+class QueryResult:
+    """The rows of a query and what it cost."""
+
+    rows: list[ResultRow]
+    visited: int
+
+
+@dataclass
+class _Path:
+    nodes: dict[str, Entity] = field(default_factory=dict)
+    edges: dict[str, tuple[Assertion, ...]] = field(default_factory=dict)
+
+
+class _Run:
+    def __init__(
+        self, query: GraphQuery, ontology: Ontology, store: EdgeStore, graph: str, bound: CostBound
+    ) -> None:
+        self.query, self.ontology, self.store, self.graph = query, ontology, store, graph
+        self.bound = bound
+        self.visited = 0
+        self.deadline = time.monotonic() + bound.max_seconds
+
+    def charge(self, rows: int) -> None:
+        self.visited += rows
+        if self.visited > self.bound.max_rows:
+            raise GraphQueryCostError(
+                f"the graph query read more than {self.bound.max_rows} rows, its bound; "
+                'name a start node ({name: "..."}) or use fewer hops'
+            )
+        if time.monotonic() > self.deadline:
+            raise GraphQueryCostError(
+                f"the graph query ran longer than {self.bound.max_seconds:g} s, its bound"
+            )
+
+    def budget(self) -> int:
+        return self.bound.max_rows - self.visited + 1
+
+    def classes(self, label: str | None) -> list[str] | None:
+        if label is None:
+            return None
+        return [c for c in self.ontology.classes if self.ontology.is_a(c, label)]
+
+    def fits(self, node: NodePattern, entity: Entity) -> bool:
+        if node.label is not None and not self.ontology.is_a(entity.type, node.label):
+            return False
+        values = {"name": entity.name, "id": entity.id, "type": entity.type}
+        return all(c.holds(values.get(c.key)) for c in self.query.conditions_on(node.var))
+
+    def start(self, node: NodePattern) -> list[Entity]:
+        equal = {c.key: c.value for c in self.query.conditions_on(node.var) if c.op == "="}
+        if "id" in equal:
+            found = self.store.entities_by_id(self.graph, [equal["id"]])
+        elif "name" in equal:
+            classes = self.classes(node.label) or list(self.ontology.classes)
+            ids = [entity_id(c, equal["name"]) for c in classes]
+            found = self.store.entities_by_id(self.graph, ids)
+        else:
+            found = self.store.entities(self.graph, self.classes(node.label), self.budget())
+        self.charge(len(found))
+        return [e for e in found if self.fits(node, e)]
+
+    def hop(
+        self,
+        paths: list[_Path],
+        known: NodePattern,
+        edge: EdgePattern,
+        other: NodePattern,
+        forward: bool,
+    ) -> list[_Path]:
+        """Extend every path across ``edge`` from ``known`` to ``other``."""
+        ids = sorted({p.nodes[known.var].id for p in paths})
+        reads = _directions(edge.direction, forward)
+        found: dict[tuple[str, str], list[Assertion]] = {}
+        ends: dict[tuple[str, str], tuple[str, Entity]] = {}
+        for direction in reads:
+            rows = self.store.edges(
+                self.graph, ids, direction=direction, predicate=edge.label, limit=self.budget()
+            )
+            self.charge(len(rows))
+            for a in rows:
+                near, far = _ends(a, direction)
+                key = (near, a.fact_id)
+                found.setdefault(key, []).append(a)
+                ends[key] = (near, far)
+        edge_filters = self.query.conditions_on(edge.var)
+        extended = []
+        for path in paths:
+            near_id = path.nodes[known.var].id
+            for key, assertions in found.items():
+                near, far = ends[key]
+                if near != near_id or not self.fits(other, far):
+                    continue
+                if not all(c.holds(assertions[0].predicate) for c in edge_filters):
+                    continue
+                if other.var in path.nodes and path.nodes[other.var].id != far.id:
+                    continue
+                extended.append(
+                    _Path(
+                        {**path.nodes, other.var: far}, {**path.edges, edge.var: tuple(assertions)}
+                    )
+                )
+        return extended
+
+    def run(self) -> QueryResult:
+        nodes, edges = self.query.nodes, self.query.edges
+        anchor = _anchor(nodes, self.query.conditions)
+        paths = [_Path({nodes[anchor].var: e}) for e in self.start(nodes[anchor])]
+        for i in range(anchor, len(edges)):
+            paths = self.hop(paths, nodes[i], edges[i], nodes[i + 1], forward=True)
+        for i in range(anchor - 1, -1, -1):
+            paths = self.hop(paths, nodes[i + 1], edges[i], nodes[i], forward=False)
+        return QueryResult(self.project(paths), self.visited)
+
+    def project(self, paths: list[_Path]) -> list[ResultRow]:
+        limit = min(self.query.limit or DEFAULT_LIMIT, MAX_LIMIT)
+        rows: dict[str, ResultRow] = {}
+        for path in paths:
+            values = {item.alias: _value(path, item.var, item.key) for item in self.query.returns}
+            key = repr(sorted(values.items(), key=lambda kv: kv[0]))
+            evidence = tuple(a for edge in self.query.edges for a in path.edges[edge.var])
+            if key in rows:
+                merged = rows[key].evidence + evidence
+                rows[key] = ResultRow(values, tuple(dict.fromkeys(merged)))
+            elif len(rows) < limit:
+                rows[key] = ResultRow(values, evidence)
+        return list(rows.values())
+
+
+def execute_query(
+    query: GraphQuery,
+    ontology: Ontology,
+    store: EdgeStore,
+    graph_name: str,
+    bound: CostBound | None = None,
+) -> QueryResult:
+    """Match ``query`` (already validated against ``ontology``) in ``graph_name``.
+
+    Raises:
+        GraphQueryCostError: It read more rows, or ran longer, than ``bound`` allows.
+    """
+    return _Run(query, ontology, store, graph_name, bound or CostBound()).run()
+
+
+def _anchor(nodes: Sequence[NodePattern], conditions: Sequence[Condition]) -> int:
+    """The node to start from: the first with a name or id equality, else the first."""
+    for index, node in enumerate(nodes):
+        if any(c.var == node.var and c.op == "=" and c.key in ("name", "id") for c in conditions):
+            return index
+    return 0
+
+
+def _directions(direction: str, forward: bool) -> tuple[str, ...]:
+    """Which store lookups extend a path along an edge written ``direction``.
+
+    Going forward, the known node is on the pattern's left: ``->`` finds it as subject.
+    """
+    if direction == "any":
+        return ("out", "in")
+    outgoing = direction == "out"
+    return ("out",) if outgoing == forward else ("in",)
+
+
+def _ends(assertion: Assertion, direction: str) -> tuple[str, Entity]:
+    """The known end's id and the other end of ``assertion`` read in ``direction``."""
+    subject = Entity(assertion.subject_id, assertion.subject_name, assertion.subject_type)
+    if direction == "in":
+        return assertion.object_id or "", subject
+    if assertion.object_id is None:
+        value = assertion.object_literal
+        return assertion.subject_id, Entity(f"literal:{value}", str(value), "literal")
+    obj = Entity(assertion.object_id, assertion.object_name or "", assertion.object_type or "")
+    return assertion.subject_id, obj
+
+
+def _value(path: _Path, var: str, key: str | None) -> Any:
+    if var in path.nodes:
+        entity = path.nodes[var]
+        values = {"id": entity.id, "name": entity.name, "type": entity.type}
+        return values[key] if key else values
+    first = path.edges[var][0]
+    values = {"predicate": first.predicate, "factId": first.fact_id}
+    return values.get(key or "", first.predicate) if key else values
