@@ -30,6 +30,7 @@ def test_graph_has_the_designed_nodes_and_edges():
         "plan_queries",
         "prepare_searches",
         "search",
+        "graph_search",
         "rerank",
         "judge_results",
         "assess_evidence",
@@ -49,7 +50,9 @@ def test_graph_has_the_designed_nodes_and_edges():
         ("plan_queries", "respond", True),  # no retrieval needed
         ("prepare_searches", "rerank", True),  # nothing to search: straight to rerank
         ("prepare_searches", "search", True),
+        ("prepare_searches", "graph_search", True),  # a source's entity graph, asked for
         ("search", "rerank", False),
+        ("graph_search", "rerank", False),
         ("rerank", "assess_evidence", True),
         ("rerank", "judge_results", True),
         ("rerank", "respond", True),  # a failOnError source failed: the request fails

@@ -255,7 +255,11 @@ class ExtractionReport:
 
 
 async def sync_document(
-    store: EdgeStore, extractor: GraphExtractor, parent_id: str, chunks: Sequence[Chunk]
+    store: EdgeStore,
+    extractor: GraphExtractor,
+    parent_id: str,
+    chunks: Sequence[Chunk],
+    content_hash: str | None = None,
 ) -> ExtractionReport:
     """Extract one document and replace its assertions, all or nothing.
 
@@ -268,6 +272,6 @@ async def sync_document(
     )
     if not extraction.failures:
         report.triples_written = store.replace_document(
-            extractor.graph_name, parent_id, extraction.assertions
+            extractor.graph_name, parent_id, extraction.assertions, content_hash
         )
     return report

@@ -44,6 +44,12 @@ CREATE TABLE IF NOT EXISTS graph_assertions (
     source_chunk_id TEXT NOT NULL,
     source_parent_id TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS graph_documents (
+    graph_name TEXT NOT NULL,
+    parent_id TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    PRIMARY KEY (graph_name, parent_id)
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS graph_by_subject ON graph_assertions(graph_name, subject_id);
 CREATE INDEX IF NOT EXISTS graph_by_object ON graph_assertions(graph_name, object_id);
 CREATE INDEX IF NOT EXISTS graph_by_parent ON graph_assertions(graph_name, source_parent_id);
@@ -223,9 +229,16 @@ class EdgeStore:
             self._local.conn = None
 
     def replace_document(
-        self, graph_name: str, parent_id: str, assertions: Iterable[Assertion]
+        self,
+        graph_name: str,
+        parent_id: str,
+        assertions: Iterable[Assertion],
+        content_hash: str | None = None,
     ) -> int:
         """Swap ``parent_id``'s assertions for ``assertions`` in one transaction.
+
+        ``content_hash`` records which version of the document they were read from
+        (:meth:`extracted_versions`), in the same transaction.
 
         Returns:
             How many assertions were written.
@@ -240,6 +253,11 @@ class EdgeStore:
                 (graph_name, parent_id),
             )
             conn.executemany(f"INSERT OR REPLACE INTO graph_assertions VALUES ({marks})", rows)
+            if content_hash is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO graph_documents VALUES (?, ?, ?)",
+                    (graph_name, parent_id, content_hash),
+                )
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -248,11 +266,30 @@ class EdgeStore:
 
     def delete_document(self, graph_name: str, parent_id: str) -> int:
         """Remove ``parent_id``'s assertions; return how many there were."""
-        cursor = self._connect().execute(
-            "DELETE FROM graph_assertions WHERE graph_name = ? AND source_parent_id = ?",
-            (graph_name, parent_id),
-        )
+        conn = self._connect()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cursor = conn.execute(
+                "DELETE FROM graph_assertions WHERE graph_name = ? AND source_parent_id = ?",
+                (graph_name, parent_id),
+            )
+            conn.execute(
+                "DELETE FROM graph_documents WHERE graph_name = ? AND parent_id = ?",
+                (graph_name, parent_id),
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
         return cursor.rowcount
+
+    def extracted_versions(self, graph_name: str) -> dict[str, str]:
+        """The content hash each extracted document was read at, by parent id."""
+        rows = self._connect().execute(
+            "SELECT parent_id, content_hash FROM graph_documents WHERE graph_name = ?",
+            (graph_name,),
+        )
+        return {parent: content_hash for parent, content_hash in rows}
 
     def count(self, graph_name: str, parent_id: str | None = None) -> int:
         """How many assertions the graph (or one of its documents) holds."""

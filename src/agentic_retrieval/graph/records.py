@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, ClassVar, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -32,6 +32,36 @@ from agentic_retrieval.llm.chat_models import ModelIdentity, Usage
 from agentic_retrieval.sources.base import Hit
 
 # --- what the caller asked, what the run searched and found ---------------------------------
+
+
+class HydrateDocuments(BaseModel):
+    """Which source documents a graph search hydrates its rows with."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    select: str | None = Field(default=None, max_length=1000)
+    """Comma-separated fields of ``sourceData`` (``None``: every field)."""
+    top: int = Field(default=50, ge=1, le=1000)
+    """Most source chunks hydrated per graph search."""
+
+
+class GraphProvenance(BaseModel):
+    """How a graph search's rows point at their evidence: chunk ids, or the chunks themselves."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    kind: Literal["ids", "hydrate"] = "ids"
+    hydrate_documents: HydrateDocuments | None = None
+
+
+class GraphParameters(BaseModel):
+    """``graphParameters`` of a source's params (2026-11-01-preview): search its entity graph."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    include_query: bool = False
+    """Record the query that ran (``gql``) in the ``graphSearch`` activity."""
+    provenance: GraphProvenance = Field(default_factory=GraphProvenance)
 
 
 class KnowledgeSourceParams(BaseModel):
@@ -70,6 +100,8 @@ class KnowledgeSourceParams(BaseModel):
     freshness: str | None = None
     # 2025-05-01-preview (targetIndexParams): most candidates sent to the reranker
     max_docs_for_reranker: int | None = Field(default=None, ge=1, le=1000)
+    # 2026-11-01-preview: search the source's entity graph too
+    graph_parameters: GraphParameters | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON a client sends (camelCase, no unset nulls)."""
@@ -136,12 +168,30 @@ class SearchTask(BaseModel):
     """The caller's ``failOnError`` for this source: its failure fails the request."""
 
 
+class GraphSearchTask(BaseModel):
+    """Private input of the ``graph_search`` node: one subquery against one source's graph."""
+
+    model_config = ConfigDict(frozen=True)
+
+    subquery: Subquery
+    source: str
+    parameters: GraphParameters
+    deadline: float
+    timeout: float
+    use_model: bool = True
+    """Whether the planning model writes the query (``False`` at minimal effort: the graph is
+    searched by the entities the question names, with no model call)."""
+
+
 class RetrievedHit(Hit):
     """A hit together with the query and activity record that produced it."""
 
     subquery_id: str
     query: str
     activity_key: str
+    graph_index: str | None = None
+    """The entity graph a graph search found it in (a ``graphSearch`` reference); ``None``
+    for a search's hit."""
 
 
 class RankedHit(RetrievedHit):
@@ -449,6 +499,47 @@ class ReasoningActivity(Activity):
         return record
 
 
+class GraphSearchActivity(ModelCallActivity):
+    """One graph search: the query the model wrote (or entity matching), and its rows."""
+
+    wire_type: ClassVar[str] = "graphSearch"
+
+    source: str
+    graph_index: str
+    natural_language_query: str
+    gql: str | None
+    """The query that ran, when the caller asked for it (``includeQuery``)."""
+    attempts: int
+    outcome: str
+    count: int
+    model_elapsed_ms: int = 0
+
+    def render_fields(self) -> dict[str, Any]:
+        """The common search fields and ``graphSearchArguments``."""
+        arguments: dict[str, Any] = {
+            "naturalLanguageQuery": self.natural_language_query,
+            "graphIndexName": self.graph_index,
+            "attempts": self.attempts,
+            "outcome": self.outcome,
+            "inputTokens": self.usage.input_tokens,
+            "outputTokens": self.usage.output_tokens,
+            "modelElapsedMs": self.model_elapsed_ms,
+        }
+        if self.gql is not None:
+            arguments["gql"] = self.gql
+        if self.model is not None and self.model.model_name:
+            arguments["modelName"] = self.model.model_name
+        record: dict[str, Any] = {
+            "type": self.wire_type,
+            "knowledgeSourceName": self.source,
+            "queryTime": timestamp(self.started),
+            "count": self.count,
+            "elapsedMs": self.elapsed_ms,
+            "graphSearchArguments": arguments,
+        }
+        return self._with_error(record)
+
+
 class RuntimeLimitActivity(Activity):
     """``max_runtime_seconds`` elapsed; the response holds what was ready."""
 
@@ -465,6 +556,7 @@ AnyActivity = (
     | EvidenceActivity
     | AnswerActivity
     | RerankActivity
+    | GraphSearchActivity
     | ReasoningActivity
     | RuntimeLimitActivity
 )

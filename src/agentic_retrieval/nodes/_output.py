@@ -153,12 +153,17 @@ def render_references(
             "activitySource": ids.get(hit.activity_key, 0),
             "docKey": hit.doc_key,
         }
+        if hit.graph_index is not None:
+            # a graph result row or a hydrated source chunk: its data is what it is
+            reference["type"], reference["graphIndexName"] = "graphSearch", hit.graph_index
         if hit.final_score is not None:  # None: resultsProcessing none, never reranked
             reference["rerankerScore"] = hit.final_score
         url = (citation_urls or {}).get((hit.source, hit.doc_key))
         if url:
             reference["citationUrl"] = url
-        if param is not None and param.include_reference_source_data:
+        if hit.graph_index is not None or (
+            param is not None and param.include_reference_source_data
+        ):
             # metadata first: a metadata field must never replace the real key or text
             reference["sourceData"] = {
                 **hit.metadata,

@@ -17,6 +17,7 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.graph.records import (
     Activity,
     ErrorInfo,
+    GraphSearchTask,
     ModelCallActivity,
     SearchTask,
     SourceParams,
@@ -169,6 +170,40 @@ def build_tasks(
                     fail_on_error=bool(source in params and params[source].fail_on_error),
                 )
             )
+    return tasks
+
+
+def build_graph_tasks(
+    subqueries: list[Subquery],
+    params: SourceParams,
+    graph_sources: Iterable[str],
+    context: Context,
+    started_at: float,
+    use_model: bool,
+) -> list[GraphSearchTask]:
+    """One graph search per (subquery, source) whose params carry ``graphParameters``.
+
+    Only sources with an entity graph (``graph_sources``) are searched this way; the
+    parameters on any other source are accepted and ignored, as a search index without a
+    graph profile would.
+    """
+    with_graph = set(graph_sources)
+    deadline = started_at + context.max_runtime_seconds
+    tasks = []
+    for subquery in subqueries:
+        for source in subquery.sources:
+            graph = params[source].graph_parameters if source in params else None
+            if graph is not None and source in with_graph:
+                tasks.append(
+                    GraphSearchTask(
+                        subquery=subquery,
+                        source=source,
+                        parameters=graph,
+                        deadline=deadline,
+                        timeout=context.source_timeout_seconds,
+                        use_model=use_model,
+                    )
+                )
     return tasks
 
 

@@ -5,7 +5,9 @@ planning after a model-free round), caps the number of subqueries, drops repeats
 each subquery's knowledge sources (the planner's choice among the sources this run may use,
 all of them when it chose none or only unknown ones), adds every ``alwaysQuerySource``
 source, and writes one search task per (subquery, source). The graph fans the tasks out to
-``search`` (one ``Send`` each); with none, the run goes straight to ``rerank``.
+``search`` (one ``Send`` each), and, for a source with an entity graph whose params carry
+``graphParameters``, one ``graph_search`` per subquery beside it; with none, the run goes
+straight to ``rerank``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,19 @@ from langgraph.types import Command, Send
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings, allowed_sources
 from agentic_retrieval.graph.events import Searching, emit
-from agentic_retrieval.nodes._shared import build_tasks, next_round, resolve_subqueries
+from agentic_retrieval.nodes._shared import (
+    build_graph_tasks,
+    build_tasks,
+    next_round,
+    resolve_subqueries,
+)
+from agentic_retrieval.sources.base import GraphKnowledgeSource
 from agentic_retrieval.state import RetrievalState, Update
 
 
 async def prepare_searches(
     state: RetrievalState, runtime: Runtime[Context], bindings: Bindings
-) -> Command[Literal["search", "rerank"]]:
+) -> Command[Literal["search", "graph_search", "rerank"]]:
     """Resolve sources and limits for the planned subqueries of this round."""
     context = runtime.context
     params = state.source_params
@@ -41,8 +49,14 @@ async def prepare_searches(
     emit(
         runtime, Searching(subqueries=len(resolved), searches=sum(len(s.sources) for s in resolved))
     )
-    tasks = build_tasks(resolved, params, context, state.started_at or 0.0)
+    started = state.started_at or 0.0
+    tasks = build_tasks(resolved, params, context, started)
+    graphs = [n for n, s in bindings.sources.items() if isinstance(s, GraphKnowledgeSource)]
+    use_model = state.effort != "minimal"
+    graph_tasks = build_graph_tasks(resolved, params, graphs, context, started, use_model)
     update = Update(subqueries=resolved, planned=[])
-    if not tasks:
+    if not tasks and not graph_tasks:
         return Command(update=update, goto="rerank")
-    return Command(update=update, goto=[Send("search", task) for task in tasks])
+    sends = [Send("search", task) for task in tasks]
+    sends += [Send("graph_search", task) for task in graph_tasks]
+    return Command(update=update, goto=sends)

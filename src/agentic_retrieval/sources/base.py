@@ -12,7 +12,7 @@ without that knowledge (a LangChain store, Azure AI Search, which validates filt
 gets the filter as written: its own error, if any, becomes an error activity record.
 :class:`FilterCheckingKnowledgeSource` refuses filters naming fields it never filters on (its
 permission fields). :class:`PermissionTrimmingKnowledgeSource` returns only what
-``SearchQuery.identity`` may see.
+``SearchQuery.identity`` may see. :class:`GraphKnowledgeSource` has an entity graph.
 While a run enforces permissions, a source without that capability is never searched (its
 activity record carries a ``PermissionsNotEnforced`` error) rather than answering unfiltered.
 
@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentic_retrieval.entitygraph.graph import EntityGraph
 from agentic_retrieval.odata.ast import Expr
 from agentic_retrieval.odata.fields import FieldSchema
 from agentic_retrieval.permissions import Access, Identity
@@ -232,4 +233,27 @@ class PermissionTrimmingKnowledgeSource(KnowledgeSource, Protocol):
     @property
     def trims_by_permission(self) -> bool:
         """Whether searches of this source are trimmed by permission."""
+        ...
+
+
+@runtime_checkable
+class GraphKnowledgeSource(KnowledgeSource, Protocol):
+    """Optional capability: a source whose documents feed an entity graph.
+
+    With ``graphParameters`` in a retrieve's params for it, the graph also runs a graph search
+    over :attr:`entity_graph` (the ``graph_search`` node) beside the source's search, and
+    hydrates the rows' evidence with :meth:`hydrate`.
+    """
+
+    @property
+    def entity_graph(self) -> EntityGraph:
+        """The graph extracted from this source's documents."""
+        ...
+
+    async def hydrate(self, chunk_ids: Sequence[str], query: SearchQuery) -> list[Hit]:
+        """The chunks named ``chunk_ids`` that ``query.identity`` may see, in that order.
+
+        Trimmed by permission exactly as :meth:`search` is: a row whose evidence the caller
+        may not see is not returned either.
+        """
         ...

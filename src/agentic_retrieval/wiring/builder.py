@@ -17,10 +17,11 @@ from langgraph.graph.state import CompiledStateGraph
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.graph.records import SearchTask
+from agentic_retrieval.graph.records import GraphSearchTask, SearchTask
 from agentic_retrieval.graph.schema import described
 from agentic_retrieval.nodes.assess_evidence import assess_evidence
 from agentic_retrieval.nodes.begin_turn import begin_turn
+from agentic_retrieval.nodes.graph_search import graph_search
 from agentic_retrieval.nodes.judge_question import judge_question
 from agentic_retrieval.nodes.judge_results import judge_results
 from agentic_retrieval.nodes.plan_queries import plan_queries
@@ -113,6 +114,7 @@ def compile_graph(
     add(plan_queries)
     add(prepare_searches)
     add(search, input_schema=SearchTask)  # a Send payload: one subquery against one source
+    add(graph_search, input_schema=GraphSearchTask)  # a Send payload, like search's
     add(rerank)
     add(judge_results)
     add(assess_evidence)
@@ -121,6 +123,7 @@ def compile_graph(
 
     builder.add_edge(START, "begin_turn")
     builder.add_edge("search", "rerank")
+    builder.add_edge("graph_search", "rerank")
     builder.add_edge("synthesize", "respond")
     builder.add_edge("respond", END)
     return builder.compile(checkpointer=checkpointer, name=name)

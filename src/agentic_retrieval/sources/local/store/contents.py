@@ -215,6 +215,45 @@ class StoreContents(StoreConnections):
         return [r[0] for r in rows]
 
     @leased
+    def document_chunks(self) -> dict[str, tuple[str, list[tuple[str, str]]]]:
+        """Every document's key with its content hash and its chunks (id, text), in order.
+
+        The key is a record's id or a file's slug (its chunk ids' prefix), as
+        :meth:`document_keys` gives it: an entity graph's parent document id.
+        """
+        rows = self._connection().execute(
+            "SELECT f.slug, f.content_hash, c.id, c.content FROM chunks c "
+            "JOIN files f ON f.id = c.file_id ORDER BY f.path, c.ordinal"
+        )
+        documents: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+        for slug, content_hash, chunk_id, content in rows:
+            key = slug.removeprefix(RECORD_PREFIX)
+            documents.setdefault(key, (content_hash, []))[1].append((chunk_id, content))
+        return documents
+
+    @leased
+    def visible_chunk_rids(self, ids: Sequence[str], access: Access) -> list[int]:
+        """The rids of the chunks named ``ids`` that ``access`` may see, in ``ids`` order.
+
+        The same permission condition as a search's (:meth:`_where`), so what a graph search
+        hydrates is trimmed exactly as search results are.
+
+        Raises:
+            PermissionsNotEnforceableError: ``access`` enforces permissions and no document of
+                this store has any.
+        """
+        if not ids:
+            return []
+        where, params = self._where(None, access)
+        rows = self._connection().execute(
+            f"SELECT c.rid, c.id FROM chunks c WHERE c.id IN (SELECT value FROM json_each(?)) "
+            f"AND {where}",
+            [json.dumps(list(ids)), *params],
+        )
+        by_id = {chunk_id: int(rid) for rid, chunk_id in rows}
+        return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+    @leased
     def count_chunks(self) -> int:
         """Return the number of chunks in the index."""
         return int(self._connection().execute("SELECT count(*) FROM chunks").fetchone()[0])

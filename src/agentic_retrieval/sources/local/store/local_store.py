@@ -397,6 +397,11 @@ class LocalStore(StoreContents):
             with self._snapshot():
                 self._vectors.load(self._connection(), self.generation())
 
+    def chunks_by_id(self, ids: Sequence[str], access: Access = ANONYMOUS) -> list[StoredHit]:
+        """The chunks named ``ids`` that ``access`` may see, in ``ids`` order, scored 0."""
+        rids = self.visible_chunk_rids(ids, access)
+        return self._fetch([(rid, 0.0) for rid in rids])
+
     def _similarities(
         self, query_vector: Sequence[float], ranked: Sequence[tuple[int, float]]
     ) -> dict[int, float]:

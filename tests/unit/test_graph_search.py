@@ -1,0 +1,131 @@
+"""Graph search end to end from Python: a KnowledgeBase over a local source with an entity
+graph answers a two-hop question through ``graphSearch`` references and activity."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.fakes import COMPANY_DOCS, COMPANY_ONTOLOGY, COMPANY_TRIPLES
+
+from agentic_retrieval import KnowledgeBase
+from agentic_retrieval.entitygraph import ExtractionLimits
+from agentic_retrieval.errors import OntologyError
+from agentic_retrieval.sources.graph import EntityGraphSource
+from agentic_retrieval.sources.local.source import LocalKnowledgeSource
+from agentic_retrieval.testing import ScriptedChatModel
+
+QUESTION = "Where is the company that Acme Corp acquired located?"
+GQL = (
+    'MATCH (a:Organization {name: "Acme Corp"})-[:acquired]->(b:Organization)'
+    "-[:locatedIn]->(c:City) RETURN b.name, c.name"
+)
+HYDRATE = {"includeQuery": True, "provenance": {"kind": "hydrate"}}
+
+
+def graph_source(tmp_path, docs=COMPANY_DOCS, **fields) -> EntityGraphSource:
+    local = LocalKnowledgeSource(
+        "companies", tmp_path / "docs.sqlite", description="Company news", create=True
+    )
+    local.add_documents(docs, **fields)
+    source = EntityGraphSource.open(local, COMPANY_ONTOLOGY, graph_name="companies-graph")
+    script = {"ExtractedTriples": [{"triples": COMPANY_TRIPLES[d["id"]]} for d in docs]}
+    reports = asyncio.run(
+        source.extract(ScriptedChatModel(script=script), ExtractionLimits(chunks_per_minute=None))
+    )
+    assert sum(r.triples_written for r in reports) == 5
+    return source
+
+
+def ask(source, graph_params=HYDRATE, gql_replies=({"gql": GQL},), **options):
+    model = ScriptedChatModel(
+        script={
+            "QueryPlan": [{"needs_retrieval": True, "queries": [{"query": QUESTION}]}],
+            "GraphQueryPlan": list(gql_replies),
+        }
+    )
+    kb = KnowledgeBase([source], chat_model=model)
+    params = {"knowledgeSourceName": "companies", "kind": "searchIndex"}
+    if graph_params is not None:
+        params["graphParameters"] = graph_params
+    request = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": QUESTION}]}],
+        "retrievalReasoningEffort": {"kind": "low"},
+        "includeActivity": True,
+        "knowledgeSourceParams": [params],
+    }
+    return kb.retrieve(request, **options).model_dump(by_alias=True, mode="json")
+
+
+def graph_records(response) -> list[dict]:
+    return [r for r in response["activity"] if r["type"] == "graphSearch"]
+
+
+def test_a_two_hop_question_is_answered_through_graph_search_references(tmp_path):
+    response = ask(graph_source(tmp_path))
+    (record,) = graph_records(response)
+    arguments = record["graphSearchArguments"]
+    assert arguments["naturalLanguageQuery"] == QUESTION
+    assert (arguments["gql"], arguments["attempts"], arguments["outcome"]) == (GQL, 1, "Success")
+    assert arguments["modelName"] == "scripted" and arguments["inputTokens"] == 120
+    assert arguments["graphIndexName"] == "companies-graph"
+    graph_refs = [r for r in response["references"] if r["type"] == "graphSearch"]
+    assert all(r["activitySource"] == record["id"] for r in graph_refs)
+    rows = [r["sourceData"]["row"] for r in graph_refs if "row" in r["sourceData"]]
+    assert rows == [{"b.name": "Beta Labs", "c.name": "Oslo"}]
+    # the second hop's chunk: the lexical search for the question never finds it
+    hydrated = {
+        r["docKey"]: r["sourceData"]["content"] for r in graph_refs if "row" not in r["sourceData"]
+    }
+    assert any("Oslo" in text for text in hydrated.values())
+    search_refs = [r for r in response["references"] if r["type"] == "searchIndex"]
+    assert not any("Oslo" in str(r.get("sourceData", "")) for r in search_refs)
+    assert "Oslo" in response["response"][0]["content"][0]["text"]
+
+
+def test_without_graph_parameters_the_graph_is_not_searched(tmp_path):
+    response = ask(graph_source(tmp_path), graph_params=None, gql_replies=())
+    assert graph_records(response) == []
+    assert "Oslo" not in response["response"][0]["content"][0]["text"]
+
+
+def test_failed_queries_fall_back_to_entity_matching_and_the_retrieve_succeeds(tmp_path):
+    bad = ({"gql": "MATCH (a:Company)-[:owns]->(b) RETURN a"}, "garbage", {"gql": "RETURN"})
+    response = ask(graph_source(tmp_path), gql_replies=bad)
+    (record,) = graph_records(response)
+    arguments = record["graphSearchArguments"]
+    assert (arguments["attempts"], arguments["outcome"]) == (3, "EntityMatchFallback")
+    assert "gql" not in arguments and record.get("error") is None
+    assert "Oslo" in response["response"][0]["content"][0]["text"]
+
+
+def test_the_gql_is_recorded_only_when_asked(tmp_path):
+    response = ask(graph_source(tmp_path), graph_params={"provenance": {"kind": "hydrate"}})
+    (record,) = graph_records(response)
+    assert "gql" not in record["graphSearchArguments"]
+
+
+def test_hydrated_chunks_and_rows_are_trimmed_by_permission_like_searches(tmp_path):
+    docs = [{**d, "groups": ["secret"] if d["id"] == "beta" else ["all"]} for d in COMPANY_DOCS]
+    source = graph_source(tmp_path, docs, group_ids_field="groups")
+    response = ask(source, identity={"user_id": "u1", "groups": ["all"]})
+    text = response["response"][0]["content"][0]["text"]
+    assert "Oslo" not in text and "Dana" not in text
+    (record,) = graph_records(response)
+    assert record["graphSearchArguments"]["outcome"] == "Success"
+
+
+def test_an_ontology_that_is_not_json_ld_is_refused_when_attached(tmp_path):
+    local = LocalKnowledgeSource("companies", tmp_path / "d.sqlite", create=True)
+    with pytest.raises(OntologyError, match="declares no class"):
+        EntityGraphSource.open(local, '{"@graph": []}', graph_name="g")
+
+
+def test_extraction_is_incremental_a_deleted_document_loses_its_assertions(tmp_path):
+    source = graph_source(tmp_path)
+    store, name = source.graph.store, source.graph.graph_name
+    model = ScriptedChatModel(script={"ExtractedTriples": []})
+    assert asyncio.run(source.extract(model)) == []  # nothing changed: no model call
+    source.inner.delete_documents(["acme"])
+    assert asyncio.run(source.extract(model)) == []
+    assert store.count(name, "acme") == 0 and store.count(name) == 4
