@@ -128,36 +128,38 @@ class _Run:
     ) -> list[_Path]:
         """Extend every path across ``edge`` from ``known`` to ``other``."""
         ids = sorted({p.nodes[known.var].id for p in paths})
-        reads = _directions(edge.direction, forward)
-        found: dict[tuple[str, str], list[Assertion]] = {}
-        ends: dict[tuple[str, str], tuple[str, Entity]] = {}
-        for direction in reads:
+        # by the known end, then by fact: a fact stated in several chunks is one edge
+        found: dict[str, dict[str, tuple[Entity, list[Assertion]]]] = {}
+        for direction in _directions(edge.direction, forward):
             rows = self.store.edges(
                 self.graph, ids, direction=direction, predicate=edge.label, limit=self.budget()
             )
             self.charge(len(rows))
             for a in rows:
                 near, far = _ends(a, direction)
-                key = (near, a.fact_id)
-                found.setdefault(key, []).append(a)
-                ends[key] = (near, far)
+                facts = found.setdefault(near, {})
+                facts.setdefault(a.fact_id, (far, []))[1].append(a)
         edge_filters = self.query.conditions_on(edge.var)
+        kept = {
+            near: [
+                (far, tuple(assertions))
+                for far, assertions in facts.values()
+                if self.fits(other, far)
+                and all(c.holds(assertions[0].predicate) for c in edge_filters)
+            ]
+            for near, facts in found.items()
+        }
         extended = []
         for path in paths:
-            near_id = path.nodes[known.var].id
-            for key, assertions in found.items():
-                near, far = ends[key]
-                if near != near_id or not self.fits(other, far):
-                    continue
-                if not all(c.holds(assertions[0].predicate) for c in edge_filters):
-                    continue
+            for far, assertions in kept.get(path.nodes[known.var].id, []):
                 if other.var in path.nodes and path.nodes[other.var].id != far.id:
                     continue
                 extended.append(
-                    _Path(
-                        {**path.nodes, other.var: far}, {**path.edges, edge.var: tuple(assertions)}
-                    )
+                    _Path({**path.nodes, other.var: far}, {**path.edges, edge.var: assertions})
                 )
+            if len(extended) > self.bound.max_rows:
+                self.charge(len(extended))
+        self.charge(0)
         return extended
 
     def run(self) -> QueryResult:

@@ -218,6 +218,9 @@ class EdgeStore:
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
+            # a commit stays atomic; only the last ones may be lost to a power cut, and a
+            # lost document extraction is redone from its content hash
+            conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
 
