@@ -46,7 +46,7 @@ PER_DOCUMENT = 10
 
 
 def generate(edges: int, entities: int, seed: int = 7) -> dict[str, list[Assertion]]:
-    """Assertions by document: random entities, a third of subjects skewed (real graphs have hubs)."""
+    """Assertions by document: random entities, a third of subjects skewed (graphs have hubs)."""
     rng = random.Random(seed)
     names = [(f"Entity {i}", CLASSES[i % len(CLASSES)]) for i in range(entities)]
     documents: dict[str, list[Assertion]] = {}
