@@ -9,6 +9,7 @@ import pytest
 from tests.fakes import COMPANY_DOCS, COMPANY_ONTOLOGY, COMPANY_TRIPLES, triple
 
 from agentic_retrieval.entitygraph import (
+    Assertion,
     Chunk,
     CostBound,
     EdgeStore,
@@ -266,3 +267,33 @@ def test_the_edge_list_keeps_assertions_as_json_literals(graph, store):
         .fetchone()[0]
     )
     assert json.loads(raw) == 2015.0
+
+
+def test_a_hub_query_stops_once_its_limit_is_found_instead_of_expanding_every_neighbour(store):
+    hub = [
+        Assertion.create(
+            GRAPH,
+            ("Hub Inc", "Organization"),
+            "acquired",
+            (f"Sub {i}", "Organization"),
+            chunk_id=f"hub_{i}",
+            parent_id="hub",
+        )
+        for i in range(600)
+    ]
+    cities = [
+        Assertion.create(
+            GRAPH,
+            (f"Sub {i}", "Organization"),
+            "locatedIn",
+            (f"City {i}", "City"),
+            chunk_id=f"sub_{i}",
+            parent_id=f"sub{i}",
+        )
+        for i in range(600)
+    ]
+    store.replace_document(GRAPH, "hub", hub + cities)
+    graph = EntityGraph(parse_ontology(COMPANY_ONTOLOGY), store, GRAPH)
+    text = 'MATCH (a {name: "Hub Inc"})-[:acquired]->(b)-[:locatedIn]->(c) RETURN c.name LIMIT 5'
+    result = graph.query(text, CostBound(max_rows=1000))
+    assert len(result.rows) == 5 and result.visited < 1000

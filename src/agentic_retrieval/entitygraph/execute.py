@@ -64,10 +64,18 @@ class QueryResult:
     visited: int
 
 
+_BATCH = 256
+"""Paths extended per store lookup (the frontier's ids in one ``IN`` list)."""
+
+
 @dataclass
 class _Path:
     nodes: dict[str, Entity] = field(default_factory=dict)
     edges: dict[str, tuple[Assertion, ...]] = field(default_factory=dict)
+
+
+_Step = tuple[NodePattern, EdgePattern, NodePattern, bool]
+"""One hop of the walk: the bound node, the edge, the node it reaches, and whether forward."""
 
 
 class _Run:
@@ -78,6 +86,8 @@ class _Run:
         self.bound = bound
         self.visited = 0
         self.deadline = time.monotonic() + bound.max_seconds
+        self.limit = min(query.limit or DEFAULT_LIMIT, MAX_LIMIT)
+        self.rows: dict[str, ResultRow] = {}
 
     def charge(self, rows: int) -> None:
         self.visited += rows
@@ -165,26 +175,38 @@ class _Run:
     def run(self) -> QueryResult:
         nodes, edges = self.query.nodes, self.query.edges
         anchor = _anchor(nodes, self.query.conditions)
-        paths = [_Path({nodes[anchor].var: e}) for e in self.start(nodes[anchor])]
-        for i in range(anchor, len(edges)):
-            paths = self.hop(paths, nodes[i], edges[i], nodes[i + 1], forward=True)
-        for i in range(anchor - 1, -1, -1):
-            paths = self.hop(paths, nodes[i + 1], edges[i], nodes[i], forward=False)
-        return QueryResult(self.project(paths), self.visited)
+        steps = [(nodes[i], edges[i], nodes[i + 1], True) for i in range(anchor, len(edges))]
+        steps += [(nodes[i + 1], edges[i], nodes[i], False) for i in range(anchor - 1, -1, -1)]
+        self.walk([_Path({nodes[anchor].var: e}) for e in self.start(nodes[anchor])], steps)
+        return QueryResult(list(self.rows.values()), self.visited)
 
-    def project(self, paths: list[_Path]) -> list[ResultRow]:
-        limit = min(self.query.limit or DEFAULT_LIMIT, MAX_LIMIT)
-        rows: dict[str, ResultRow] = {}
+    def walk(self, paths: list[_Path], steps: list[_Step]) -> None:
+        """Extend ``paths`` along ``steps`` a batch at a time, until ``LIMIT`` rows are found.
+
+        Depth first by batches: a hub's thousands of neighbours are not all expanded when the
+        first few hundred already give the rows asked for.
+        """
+        if not steps:
+            self.collect(paths)
+            return
+        known, edge, other, forward = steps[0]
+        for start in range(0, len(paths), _BATCH):
+            if len(self.rows) >= self.limit:
+                return
+            batch = paths[start : start + _BATCH]
+            self.walk(self.hop(batch, known, edge, other, forward), steps[1:])
+
+    def collect(self, paths: list[_Path]) -> None:
+        """Project complete paths into rows; a repeated row gathers the other's evidence."""
         for path in paths:
             values = {item.alias: _value(path, item.var, item.key) for item in self.query.returns}
             key = repr(sorted(values.items(), key=lambda kv: kv[0]))
             evidence = tuple(a for edge in self.query.edges for a in path.edges[edge.var])
-            if key in rows:
-                merged = rows[key].evidence + evidence
-                rows[key] = ResultRow(values, tuple(dict.fromkeys(merged)))
-            elif len(rows) < limit:
-                rows[key] = ResultRow(values, evidence)
-        return list(rows.values())
+            if key in self.rows:
+                merged = self.rows[key].evidence + evidence
+                self.rows[key] = ResultRow(values, tuple(dict.fromkeys(merged)))
+            elif len(self.rows) < self.limit:
+                self.rows[key] = ResultRow(values, evidence)
 
 
 def execute_query(
