@@ -37,13 +37,14 @@ def graph_source(tmp_path, docs=COMPANY_DOCS, **fields) -> EntityGraphSource:
     return source
 
 
-def ask(source, graph_params=HYDRATE, gql_replies=({"gql": GQL},), **options):
-    model = ScriptedChatModel(
-        script={
-            "QueryPlan": [{"needs_retrieval": True, "queries": [{"query": QUESTION}]}],
-            "GraphQueryPlan": list(gql_replies),
-        }
-    )
+def ask(source, graph_params=HYDRATE, gql_replies=({"gql": GQL},), answer=None, **options):
+    script = {
+        "QueryPlan": [{"needs_retrieval": True, "queries": [{"query": QUESTION}]}],
+        "GraphQueryPlan": list(gql_replies),
+    }
+    if answer is not None:
+        script["SynthesizedAnswer"] = [{"answer": answer}]
+    model = ScriptedChatModel(script=script)
     kb = KnowledgeBase([source], chat_model=model)
     params = {"knowledgeSourceName": "companies", "kind": "searchIndex"}
     if graph_params is not None:
@@ -54,6 +55,8 @@ def ask(source, graph_params=HYDRATE, gql_replies=({"gql": GQL},), **options):
         "includeActivity": True,
         "knowledgeSourceParams": [params],
     }
+    if answer is not None:
+        request["outputMode"] = "answerSynthesis"
     return kb.retrieve(request, **options).model_dump(by_alias=True, mode="json")
 
 
@@ -129,3 +132,13 @@ def test_extraction_is_incremental_a_deleted_document_loses_its_assertions(tmp_p
     source.inner.delete_documents(["acme"])
     assert asyncio.run(source.extract(model)) == []
     assert store.count(name, "acme") == 0 and store.count(name) == 4
+
+
+def test_an_answer_may_cite_graph_search_references_by_ref_id(tmp_path):
+    cited = "".join(f"[ref_id:{i}]" for i in range(8))
+    response = ask(graph_source(tmp_path), answer=f"Beta Labs is in Oslo {cited}.")
+    kinds = {r["id"]: r["type"] for r in response["references"]}
+    answer = response["response"][0]["content"][0]["text"]
+    kept = [i for i in range(8) if f"[ref_id:{i}]" in answer]
+    assert "graphSearch" in {kinds[str(i)] for i in kept}
+    assert all(str(i) in kinds for i in kept)  # a citation of no reference is removed
