@@ -142,3 +142,40 @@ def test_an_answer_may_cite_graph_search_references_by_ref_id(tmp_path):
     kept = [i for i in range(8) if f"[ref_id:{i}]" in answer]
     assert "graphSearch" in {kinds[str(i)] for i in kept}
     assert all(str(i) in kinds for i in kept)  # a citation of no reference is removed
+
+
+def test_a_medium_follow_up_round_searches_the_graph_too(tmp_path):
+    followup = "Who founded Beta Labs?"
+    model = ScriptedChatModel(
+        script={
+            "QueryPlan": [{"needs_retrieval": True, "queries": [{"query": QUESTION}]}],
+            "GraphQueryPlan": [{"gql": GQL}, "garbage", "garbage", "garbage"],
+            "EvidenceAssessment": [
+                {"is_sufficient": False, "confidence": 0.3, "followup_queries": [followup]},
+                {"is_sufficient": True, "confidence": 0.9},
+            ],
+        }
+    )
+    kb = KnowledgeBase([graph_source(tmp_path)], chat_model=model)
+    response = kb.retrieve(
+        {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": QUESTION}]}],
+            "retrievalReasoningEffort": {"kind": "medium"},
+            "includeActivity": True,
+            "knowledgeSourceParams": [
+                {
+                    "knowledgeSourceName": "companies",
+                    "kind": "searchIndex",
+                    "graphParameters": HYDRATE,
+                }
+            ],
+        }
+    ).model_dump(by_alias=True, mode="json")
+    records = graph_records(response)
+    assert [r["graphSearchArguments"]["naturalLanguageQuery"] for r in records] == [
+        QUESTION,
+        followup,
+    ]
+    assert records[1]["graphSearchArguments"]["outcome"] == "EntityMatchFallback"
+    followed = [r for r in response["references"] if r["activitySource"] == records[1]["id"]]
+    assert any(r["sourceData"].get("row", {}).get("predicate") == "foundedBy" for r in followed)

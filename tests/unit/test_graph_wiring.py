@@ -61,6 +61,7 @@ def test_graph_has_the_designed_nodes_and_edges():
         ("judge_results", "plan_queries", True),
         ("judge_results", "synthesize", True),
         ("assess_evidence", "search", True),
+        ("assess_evidence", "graph_search", True),  # a follow-up round searches graphs too
         ("assess_evidence", "synthesize", True),
         ("synthesize", "respond", False),
         ("respond", "__end__", False),

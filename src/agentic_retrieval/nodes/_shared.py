@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -25,6 +25,7 @@ from agentic_retrieval.graph.records import (
 )
 from agentic_retrieval.llm.chat_models import StructuredResult, Usage
 from agentic_retrieval.odata import and_filters
+from agentic_retrieval.sources.base import GraphKnowledgeSource, KnowledgeSource
 from agentic_retrieval.state import RetrievalState
 from agentic_retrieval.text import same_words_key
 
@@ -176,18 +177,18 @@ def build_tasks(
 def build_graph_tasks(
     subqueries: list[Subquery],
     params: SourceParams,
-    graph_sources: Iterable[str],
+    sources: Mapping[str, KnowledgeSource],
     context: Context,
     started_at: float,
     use_model: bool,
 ) -> list[GraphSearchTask]:
     """One graph search per (subquery, source) whose params carry ``graphParameters``.
 
-    Only sources with an entity graph (``graph_sources``) are searched this way; the
-    parameters on any other source are accepted and ignored, as a search index without a
+    Only sources with an entity graph (:class:`GraphKnowledgeSource`) are searched this way;
+    the parameters on any other source are accepted and ignored, as a search index without a
     graph profile would.
     """
-    with_graph = set(graph_sources)
+    with_graph = {n for n, s in sources.items() if isinstance(s, GraphKnowledgeSource)}
     deadline = started_at + context.max_runtime_seconds
     tasks = []
     for subquery in subqueries:

@@ -27,6 +27,7 @@ from agentic_retrieval.llm.chat_models import structured_call
 from agentic_retrieval.llm.schemas import EvidenceAssessment
 from agentic_retrieval.nodes._output import format_passages
 from agentic_retrieval.nodes._shared import (
+    build_graph_tasks,
     build_tasks,
     call_error,
     next_round,
@@ -43,7 +44,7 @@ EVIDENCE_PASSAGE_CHARS = 24_000
 
 async def assess_evidence(
     state: RetrievalState, runtime: Runtime[Context], bindings: Bindings, config: RunnableConfig
-) -> Command[Literal["search", "synthesize"]]:
+) -> Command[Literal["search", "graph_search", "synthesize"]]:
     """Judge the evidence; schedule a follow-up round when it falls short and budget allows."""
     context = runtime.context
     left = remaining_seconds(state.started_at, context)
@@ -61,9 +62,12 @@ async def assess_evidence(
     if not followups:
         return Command(update=update, goto="synthesize")
     emit(runtime, FollowingUp(subqueries=len(followups)))
-    tasks = build_tasks(followups, state.source_params, context, state.started_at or 0.0)
+    started, params = state.started_at or 0.0, state.source_params
+    sends = [Send("search", t) for t in build_tasks(followups, params, context, started)]
+    graph_tasks = build_graph_tasks(followups, params, bindings.sources, context, started, True)
+    sends += [Send("graph_search", t) for t in graph_tasks]
     update["subqueries"], update["iteration"] = followups, state.iteration + 1
-    return Command(update=update, goto=[Send("search", task) for task in tasks])
+    return Command(update=update, goto=sends)
 
 
 async def _assess(

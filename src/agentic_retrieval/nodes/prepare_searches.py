@@ -26,7 +26,6 @@ from agentic_retrieval.nodes._shared import (
     next_round,
     resolve_subqueries,
 )
-from agentic_retrieval.sources.base import GraphKnowledgeSource
 from agentic_retrieval.state import RetrievalState, Update
 
 
@@ -51,9 +50,8 @@ async def prepare_searches(
     )
     started = state.started_at or 0.0
     tasks = build_tasks(resolved, params, context, started)
-    graphs = [n for n, s in bindings.sources.items() if isinstance(s, GraphKnowledgeSource)]
     use_model = state.effort != "minimal"
-    graph_tasks = build_graph_tasks(resolved, params, graphs, context, started, use_model)
+    graph_tasks = build_graph_tasks(resolved, params, bindings.sources, context, started, use_model)
     update = Update(subqueries=resolved, planned=[])
     if not tasks and not graph_tasks:
         return Command(update=update, goto="rerank")
