@@ -96,6 +96,10 @@ class ErrorCode(StrEnum):
     """A remote index lacks a field the source is configured with."""
     SEMANTIC_CONFIGURATION_NOT_FOUND = "SemanticConfigurationNotFound"
     """A remote index lacks the semantic configuration the source names."""
+    GRAPH_NOT_FOUND = "GraphNotFound"
+    """``graphParameters`` name a source without an entity graph."""
+    GRAPH_SEARCH_ERROR = "GraphSearchError"
+    """A source's entity graph could not be read (the details are in the server log)."""
 
 
 class AgenticRetrievalError(Exception):

@@ -261,6 +261,8 @@ def test_error_codes_are_one_closed_list_whose_values_the_wire_carries_unchanged
         "Throttled",
         "FieldNotFound",
         "SemanticConfigurationNotFound",
+        "GraphNotFound",
+        "GraphSearchError",
     ]
     # a record holds the plain string (what the checkpoint serializer and the wire see)
     info = ErrorInfo.of(ErrorCode.TIMEOUT, "late")

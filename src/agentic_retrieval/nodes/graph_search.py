@@ -27,7 +27,7 @@ from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context
 from agentic_retrieval.entitygraph import CostBound, GraphSearchOutcome, ResultRow, search_graph
-from agentic_retrieval.errors import EntityGraphError, SourceError
+from agentic_retrieval.errors import EntityGraphError, ErrorCode, SourceError
 from agentic_retrieval.graph.bindings import Bindings
 from agentic_retrieval.graph.events import Searched, begin, complete, emit
 from agentic_retrieval.graph.records import (
@@ -61,15 +61,17 @@ async def graph_search(
     graph_name = task.source
     try:
         if not isinstance(source, GraphKnowledgeSource):
-            raise SourceError("GraphNotFound", f"knowledge source '{source.name}' has no graph")
+            message = f"knowledge source '{source.name}' has no graph"
+            raise SourceError(ErrorCode.GRAPH_NOT_FOUND, message)
         graph_name = source.entity_graph.graph_name
         outcome = await _search(task, source, bindings, runtime.context, config)
         hits = await _hits(task, source, outcome, query)
     except SourceError as exc:
-        error = ErrorInfo.of(exc.code, exc.message)
+        error = ErrorInfo.of_source(exc)
     except (EntityGraphError, OSError) as exc:
         logger.error("graph search of %r failed: %s", task.source, exc)
-        error = ErrorInfo.of("GraphSearchError", f"the graph of '{task.source}' failed")
+        message = f"the graph of '{task.source}' failed; the server log has the details"
+        error = ErrorInfo.of(ErrorCode.GRAPH_SEARCH_ERROR, message)
     record = GraphSearchActivity(
         key=key,
         started=step.started,
