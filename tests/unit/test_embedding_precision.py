@@ -202,7 +202,7 @@ async def test_the_index_and_the_manifest_record_how_vectors_were_made(tmp_path,
     # recorded, nothing is refused or re-embedded (measured equivalent), search finds both
     write(tmp_path / "docs" / "fee.txt", "The late fee is five euros.")
     kb = KnowledgeBaseDirectory(tmp_path / "kb").load()
-    with caplog.at_level(logging.INFO, logger="agentic_retrieval.kb.directory"):
+    with caplog.at_level(logging.INFO, logger="agentic_retrieval.kb"):
         report = kb.index("s", [tmp_path / "docs"], embeddings=PrecisionConcepts("fp32"))
     assert "holds vectors made with local@bf16; its queries are embedded with local@fp32" in (
         caplog.text
