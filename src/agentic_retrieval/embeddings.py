@@ -82,6 +82,8 @@ PRECISION_ENV_VAR = "AGENTIC_RETRIEVAL_EMBEDDINGS_PRECISION"
 """Forces the local model's precision: ``auto`` (the default), ``bf16``, ``fp32`` or ``int8``."""
 RUNTIME_ENV_VAR = "AGENTIC_RETRIEVAL_EMBEDDINGS_RUNTIME"
 """Chooses what runs the local model: ``openvino`` (the default) or ``torch`` (``[local]``)."""
+NO_EMBEDDINGS_ENV_VAR = "AGENTIC_RETRIEVAL_NO_EMBEDDINGS"
+"""Set (``1``, ``true``) to start ``serve`` without the model (as ``--no-embeddings``)."""
 PrecisionChoice = Literal["auto", "bf16", "fp32", "int8"]
 PRECISIONS: tuple[PrecisionChoice, ...] = ("auto", "bf16", "fp32", "int8")
 Runtime = Literal["openvino", "torch"]

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
 from agentic_retrieval.context import Context
@@ -31,7 +32,7 @@ from agentic_retrieval.kb.definitions import (
 )
 from agentic_retrieval.kb.index_documents import IndexDocuments
 from agentic_retrieval.kb.model_connections import first_chat_model
-from agentic_retrieval.kb.service import ServiceDirectory
+from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
 from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.base import Reranker
@@ -51,6 +52,8 @@ class ServiceCatalog:
         service: The data directory.
         chat_model: The chat model of every knowledge base (default: the environment's).
         reranker: The reranker of every knowledge base (``None``: the library default).
+        embeddings: The bundled model, with which file knowledge sources embed their chunks
+            and queries (hybrid); ``None``: they rank lexically (``--no-embeddings``).
     """
 
     def __init__(
@@ -59,10 +62,12 @@ class ServiceCatalog:
         *,
         chat_model: BaseChatModel | str | None = None,
         reranker: Reranker | None = None,
+        embeddings: Embeddings | None = None,
     ) -> None:
         self.service = service
         self.chat_model = chat_model
         self.reranker = reranker
+        self.embeddings = embeddings
         self._lock = threading.RLock()
         self._generation = -1
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -113,7 +118,11 @@ class ServiceCatalog:
         stored = self.service.get("knowledgeSource", name)
         if stored is None or stored.store is None:
             return None
-        return DocumentStore(self.service.store(stored))
+        return self.file_store(stored)
+
+    def file_store(self, stored: StoredDefinition) -> DocumentStore:
+        """The store of a file knowledge source, embedding with this service's model."""
+        return DocumentStore(self.service.store(stored), embeddings=self.embeddings)
 
     def _build_knowledge_base(self, name: str) -> KnowledgeBase | None:
         stored = self.service.get("knowledgeBase", name)

@@ -19,6 +19,8 @@ ids sent to a source that does not ingest them are refused rather than dropped.
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR
 from agentic_retrieval.errors import (
     ConversionInterruptedError,
     ConversionLimitError,
@@ -41,9 +44,11 @@ from agentic_retrieval.errors import (
     UnsupportedFileError,
 )
 from agentic_retrieval.permissions import Permissions
-from agentic_retrieval.sources.local.documents import DocumentStore
+from agentic_retrieval.sources.local.documents import DocumentStore, PreparedUnit
 from agentic_retrieval.sources.local.formats import missing_converter
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS, LoadedDocument, load_file
+
+logger = logging.getLogger(__name__)
 
 _PARSING_MODES = {
     ".md": "markdown",
@@ -53,6 +58,8 @@ _PARSING_MODES = {
     ".json": "json",
 }
 _INTERNAL = ("contentHash",)
+PROGRESS_AFTER_SECONDS = 5.0
+PROGRESS_EVERY_SECONDS = 5.0
 MAX_FILE_NAME = 1024
 
 
@@ -118,6 +125,8 @@ class SourceFiles:
         """
         self.check(upload)
         document = document or convert(upload)  # the slow part, before writers are held up
+        file_id = str(uuid.uuid4())
+        prepared = self._prepare(file_id, upload, document)  # embedding too
         with self.documents.store.transaction():  # one writer: names stay unique
             existing = self._by_name(upload.file_name)
             if existing is not None:
@@ -132,7 +141,7 @@ class SourceFiles:
                     "some first."
                 )
             now = _now()
-            return self._write(str(uuid.uuid4()), upload, document, created=now, updated=now)
+            return self._write(file_id, upload, document, prepared, created=now, updated=now)
 
     def update(
         self, file_id: str, upload: FileUpload, document: LoadedDocument | None = None
@@ -152,6 +161,7 @@ class SourceFiles:
         if current.get("contentHash") == _digest(upload):
             return FileOutcome(public(current), indexed=False)
         document = document or convert(upload)
+        prepared = self._prepare(file_id, upload, document)
         with self.documents.store.transaction():
             current = self._current(file_id)  # it may have gone while converting
             other = self._by_name(upload.file_name)
@@ -161,7 +171,7 @@ class SourceFiles:
                     f"'{upload.file_name}'."
                 )
             return self._write(
-                file_id, upload, document, created=current["createdAt"], updated=_now()
+                file_id, upload, document, prepared, created=current["createdAt"], updated=_now()
             )
 
     def unchanged(self, file_id: str, upload: FileUpload) -> bool:
@@ -261,11 +271,22 @@ class SourceFiles:
     def _by_name(self, name: str) -> dict[str, Any] | None:
         return next((f for f in self.all() if f["fileName"] == name), None)
 
+    def _prepare(self, file_id: str, upload: FileUpload, document: LoadedDocument) -> PreparedUnit:
+        """The file's chunks and, where the source ranks hybrid, their vectors (no lock held)."""
+        return self.documents.prepare(
+            file_id,
+            title=document.title,
+            sections=document.sections,
+            fields=_fields(file_id, upload, document),
+            progress=EmbeddingProgress(upload.file_name),
+        )
+
     def _write(
         self,
         file_id: str,
         upload: FileUpload,
         document: LoadedDocument,
+        prepared: PreparedUnit,
         *,
         created: str,
         updated: str,
@@ -293,10 +314,51 @@ class SourceFiles:
             stored=described,
             title=document.title,
             sections=document.sections,
-            fields={"file_id": file_id, "file_name": upload.file_name, "title": document.title},
+            fields=_fields(file_id, upload, document),
             permissions=permissions,
+            prepared=prepared,
         )
         return FileOutcome(public(described), indexed=True)
+
+
+def _fields(file_id: str, upload: FileUpload, document: LoadedDocument) -> dict[str, Any]:
+    """The filterable fields every chunk of the file shares."""
+    return {"file_id": file_id, "file_name": upload.file_name, "title": document.title}
+
+
+class EmbeddingProgress:
+    """Logs how far embedding a large file has gone, with the time left and the opt-out.
+
+    A server has no terminal for a progress bar: a file whose embedding takes longer than
+    :data:`PROGRESS_AFTER_SECONDS` is reported in the log (INFO), at most every
+    :data:`PROGRESS_EVERY_SECONDS`, never on stdout.
+    """
+
+    def __init__(self, file_name: str) -> None:
+        self.file_name = file_name
+        self.started = time.monotonic()
+        self.last = self.started
+
+    def __call__(self, done: int, total: int) -> None:
+        """One batch embedded: ``done`` of ``total`` chunks."""
+        now = time.monotonic()
+        elapsed = now - self.started
+        if elapsed < PROGRESS_AFTER_SECONDS or (
+            now - self.last < PROGRESS_EVERY_SECONDS and done < total
+        ):
+            return
+        self.last = now
+        left = elapsed / done * (total - done) if done else 0.0
+        logger.info(
+            "embedding %r: %d/%d chunks, %.0f s elapsed, about %.0f s left (serve "
+            "--no-embeddings or $%s=1: lexical only, faster)",
+            self.file_name,
+            done,
+            total,
+            elapsed,
+            left,
+            NO_EMBEDDINGS_ENV_VAR,
+        )
 
 
 def convert(upload: FileUpload) -> LoadedDocument:

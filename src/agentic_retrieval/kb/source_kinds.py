@@ -22,7 +22,6 @@ from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
 from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
-from agentic_retrieval.sources.local.documents import DocumentStore
 
 if TYPE_CHECKING:  # the catalog consults this module; it is only ever handed in
     from agentic_retrieval.kb.catalog import ServiceCatalog
@@ -140,7 +139,7 @@ class FileKind(HostedKind):
         """A :class:`DocumentKnowledgeSource` over the uploads' chunks."""
         return DocumentKnowledgeSource(
             definition.name,
-            DocumentStore(catalog.service.store(stored)),
+            catalog.file_store(stored),
             kind="file",
             description=definition.description or "",
             filterable_fields=list(FILE_FILTER_SCHEMA),

@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from agentic_retrieval.embeddings import local_embeddings
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
@@ -88,7 +89,16 @@ def create_app(
     """
     settings = settings or ServerSettings()
     fixed = _registry(knowledge_bases)
-    catalog = ServiceCatalog(service, reranker=reranker_by_name(None)) if service else None
+    catalog = (
+        ServiceCatalog(
+            service,
+            reranker=reranker_by_name(None),
+            # file sources embed with the bundled model unless the server opts out
+            embeddings=local_embeddings() if settings.embeddings else None,
+        )
+        if service
+        else None
+    )
     registry = KnowledgeBaseRegistry(fixed, catalog)
     keys = settings.keys()
     policy = settings.access_policy()

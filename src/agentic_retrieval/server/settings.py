@@ -76,6 +76,9 @@ class ServerSettings:
         max_knowledge_sources: Most knowledge sources it holds (default 50).
         max_knowledge_bases: Most knowledge bases it holds, those of ``--kb`` directories
             not counted (default 50).
+        embeddings: File knowledge sources embed their chunks and queries with the bundled
+            model (hybrid search); ``False`` (``serve --no-embeddings``): the model is not
+            loaded and they rank lexically.
     """
 
     api_keys: list[str] = field(default_factory=list)
@@ -104,6 +107,7 @@ class ServerSettings:
     max_indexes: int = DEFAULT_MAX_DEFINITIONS
     max_knowledge_sources: int = DEFAULT_MAX_DEFINITIONS
     max_knowledge_bases: int = DEFAULT_MAX_DEFINITIONS
+    embeddings: bool = True
 
     def __post_init__(self) -> None:
         """Reject limits that would make the server unusable, and a malformed public URL."""

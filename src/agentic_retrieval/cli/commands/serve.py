@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import logging
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TextIO
 
 import typer
 
 from agentic_retrieval.cli.errors import UserError, user_errors
 from agentic_retrieval.cli.render import err
 from agentic_retrieval.cli.serving import import_extra, server_extra
+from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR
 from agentic_retrieval.kb.management import DEFAULT_MAX_DEFINITIONS
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
 from agentic_retrieval.wire.models import SUPPORTED_API_VERSIONS
@@ -138,6 +141,16 @@ def serve(
             "configured; $AGENTIC_RETRIEVAL_ENFORCE_PERMISSIONS).",
         ),
     ] = None,
+    no_embeddings: Annotated[
+        bool,
+        typer.Option(
+            "--no-embeddings",
+            envvar=NO_EMBEDDINGS_ENV_VAR,
+            help="Do not load the embedding model: file knowledge sources rank lexically, "
+            "--kb ones too (default: hybrid, with the bundled model; "
+            f"${NO_EMBEDDINGS_ENV_VAR}=1).",
+        ),
+    ] = False,
     require_identity: Annotated[
         list[str] | None,
         typer.Option(
@@ -177,6 +190,7 @@ def serve(
             max_indexes=max_indexes,
             max_knowledge_sources=max_knowledge_sources,
             max_knowledge_bases=max_knowledge_bases,
+            embeddings=not no_embeddings,
             **access,
         )
         settings.access_policy()  # a JWKS file that cannot be read fails here, in one line
@@ -227,11 +241,35 @@ def build_server_app(kb: list[Path], data: Path | None, settings: Any) -> Any:
     from agentic_retrieval.kb.service import ServiceDirectory
     from agentic_retrieval.server import create_app
 
-    bases = [open_knowledge_base(path) for path in kb]
+    _log_ingestion_progress()
+    # --no-embeddings: no model is loaded, hybrid --kb sources are searched lexically
+    choice: Literal[False] | None = None if settings.embeddings else False
+    bases = [open_knowledge_base(path, embeddings=choice) for path in kb]
+    service = ServiceDirectory(data) if data is not None else None
+    app = create_app(bases, settings=settings, service=service)
     # the bundled model loads before the server says it is ready: no first request waits
     wait_for_local_models()
-    service = ServiceDirectory(data) if data is not None else None
-    return create_app(bases, settings=settings, service=service)
+    return app
+
+
+def _log_ingestion_progress() -> None:
+    """Show how far a large upload's embedding has gone in the server's log (stderr).
+
+    Uvicorn configures its own loggers only: the library's INFO lines would go nowhere. Only
+    the file sources' ingestion logger is shown at INFO (its progress lines name the time
+    left and the opt-out); the rest of the library keeps to warnings.
+    """
+    progress = logging.getLogger("agentic_retrieval.kb.files")
+    if any(isinstance(h, _ProgressHandler) for h in progress.handlers):
+        return  # a second app in this process (tests), or a forked worker's parent set it
+    handler = _ProgressHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+
+
+class _ProgressHandler(logging.StreamHandler[TextIO]):
+    """The server's handler of ingestion progress lines (added once per process)."""
 
 
 def _served_names(kb: list[Path], data: Path | None) -> list[str]:

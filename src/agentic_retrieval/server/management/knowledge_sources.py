@@ -2,7 +2,9 @@
 
 Kinds: ``searchIndex`` (over an index of this service) and ``file`` (files uploaded to the
 source, see :mod:`~agentic_retrieval.server.management.files`). A source a knowledge base
-still uses cannot be deleted (409), nor can its kind change (400).
+still uses cannot be deleted (409), nor can its kind change (400). A file source's status
+also says how it ranks: ``retrievalMode`` (``hybrid`` or ``lexical``), ``embeddingModel``
+(``local``: the bundled model, or ``null``) and, when lexical, ``retrievalNote`` (why).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from agentic_retrieval.server.management.definitions import (
     DefinitionRoutes,
     add_definition_routes,
 )
+from agentic_retrieval.sources.local.documents import DocumentStore
 
 
 def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
@@ -83,6 +86,12 @@ def _status(management: Management, stored: StoredDefinition) -> dict[str, Any]:
         "statistics": _statistics(history),
         "documentCount": count,
     }
+    if isinstance(documents, DocumentStore):  # a file source: how it ranks, and why
+        retrieval = documents.retrieval_mode()
+        body["retrievalMode"] = retrieval.mode
+        body["embeddingModel"] = retrieval.model
+        if retrieval.note is not None:
+            body["retrievalNote"] = retrieval.note
     if kind.owns_store:  # it takes uploads
         body["fileCapacity"] = {
             "maxFileCount": management.max_files,

@@ -8,7 +8,9 @@
 - ``kind="file"``: the chunks of the files uploaded to a ``file`` knowledge source. A hit is
   one chunk (several passages of one long file may rank), keyed ``<fileName>#<n>`` (file
   names are unique within a source; the ``fileId`` is the management API's handle), with the
-  file name, file id, title and page as metadata.
+  file name, file id, title and page as metadata. Where its store holds vectors (see
+  :meth:`DocumentStore.retrieval_mode`) the query is embedded too and the search is hybrid;
+  each hit then carries its cosine for the default reranker.
 """
 
 from __future__ import annotations
@@ -167,9 +169,11 @@ class DocumentKnowledgeSource:
 
     def _search(self, text: str, top: int, expr: Expr | None, access: Access) -> list[Hit]:
         per_unit = self.kind == "searchIndex"
+        # hybrid where the store holds vectors and was given the model (a file source)
+        vector = self.documents.query_vector(text)
         with self.documents.store.lease():  # the hits' documents are read before a delete
             found = self.documents.search(
-                text, top=top, filter_expr=expr, per_unit=per_unit, access=access
+                text, top=top, filter_expr=expr, vector=vector, per_unit=per_unit, access=access
             )
             return [self._to_hit(hit) for hit in found]
 
@@ -191,6 +195,7 @@ class DocumentKnowledgeSource:
             title=chunk.title or None,
             source=self.name,
             score=hit.score,
+            vector_similarity=chunk.similarity,
             metadata=dict(chunk.metadata),
         )
 

@@ -7,16 +7,28 @@ records in the store's sense (``files`` rows whose path is ``record:<key>``; chu
 document, or the file's description) is the row's stored metadata, and its text is chunked
 like any file. :meth:`DocumentStore.put` replaces a unit and its chunks in one transaction,
 so a process killed mid-batch leaves every unit either entirely old or entirely new.
+
+Vectors: a store given an ``Embeddings`` (a file source of ``serve --data``, unless the server
+runs with ``--no-embeddings``) embeds each unit's chunks (:meth:`DocumentStore.prepare`, in
+batches of :data:`EMBED_BATCH`, before the write transaction) and searches hybrid. The store
+itself records the model beside its vectors (``vectors_made_with``), so which way a store
+ranks is read from it, never remembered elsewhere (:meth:`DocumentStore.retrieval_mode`): a
+store holding vectors keeps embedding with the model it records; an empty one follows the
+server; one holding chunks without vectors (written before file sources embedded, or by a
+server run with ``--no-embeddings``) stays lexical, as ``index`` leaves a lexical source.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from langchain_core.embeddings import Embeddings
+
+from agentic_retrieval.embeddings import LOCAL, vectors_made_with
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunks_of
@@ -34,6 +46,27 @@ from agentic_retrieval.sources.local.store import (
 CHUNK_SEPARATOR = "#"
 """Between a unit's key and its chunk number in chunk ids (file chunk ids never hold it)."""
 _SEARCH_DEPTH_ROUNDS = 4
+EMBED_BATCH = 32
+"""Chunks embedded per call: the model serves one call at a time, so a query's embedding
+waits for at most one batch of a large upload, never for the whole file."""
+RetrievalMode = Literal["hybrid", "lexical"]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedUnit:
+    """A unit's chunks and their vectors, computed before the write transaction."""
+
+    chunks: list[ChunkRecord]
+    vectors: list[list[float]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalState:
+    """How a store ranks: ``hybrid`` (with ``model``) or ``lexical``, and why, in words."""
+
+    mode: RetrievalMode
+    model: str | None
+    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +85,8 @@ class DocumentStore:
         store: The embedded store (shared; this object holds no state of its own).
         chunk_size: Maximum chunk length in characters.
         overlap: Characters of whole sentences repeated between consecutive chunks.
+        embeddings: The bundled model, to embed chunks and queries where the store ranks
+            hybrid (see :meth:`retrieval_mode`); ``None``: lexical only, no model used.
     """
 
     def __init__(
@@ -60,10 +95,83 @@ class DocumentStore:
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         overlap: int = DEFAULT_OVERLAP,
+        embeddings: Embeddings | None = None,
     ) -> None:
         self.store = store
         self.chunk_size = chunk_size
         self.overlap = overlap
+        self.embeddings = embeddings
+        if embeddings is not None:  # recorded beside the vectors this store writes
+            store.vectors_made_with = vectors_made_with(embeddings)
+
+    def retrieval_mode(self) -> RetrievalState:
+        """How this store ranks, read from what it holds and the model it was given.
+
+        Hybrid where it holds vectors of the bundled model (recorded beside them) or holds
+        nothing yet, given the model; lexical otherwise, with a note saying why.
+        """
+        made_with = self.store.recorded_vectors_made_with()
+        if made_with:
+            model = made_with[0].partition("@")[0]
+            if model != LOCAL:
+                note = f"its vectors were made with {model!r}, which this service does not run"
+                return RetrievalState("lexical", None, f"lexical only: {note}")
+            if self.embeddings is None:
+                return RetrievalState(
+                    "lexical",
+                    LOCAL,
+                    "lexical only while this server runs with --no-embeddings: its vectors "
+                    "are kept, files uploaded meanwhile get none",
+                )
+            return RetrievalState("hybrid", LOCAL)
+        if self.embeddings is None:
+            return RetrievalState(
+                "lexical", None, "lexical only: this server runs with --no-embeddings"
+            )
+        if self.store.count_chunks() == 0:
+            return RetrievalState("hybrid", LOCAL)
+        return RetrievalState(
+            "lexical",
+            None,
+            "lexical only: its files were stored without vectors (before file sources "
+            "embedded them, or by a server run with --no-embeddings); to rank them by meaning, "
+            "upload them to a new file knowledge source",
+        )
+
+    def prepare(
+        self,
+        key: str,
+        *,
+        title: str,
+        sections: Sequence[Section],
+        fields: Mapping[str, Any],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> PreparedUnit:
+        """A unit's chunks, embedded where the store ranks hybrid (slow: before any write).
+
+        Args:
+            key: The unit's key.
+            title: The title every chunk carries.
+            sections: The unit's text.
+            fields: Filterable metadata of every chunk.
+            progress: Called with (chunks embedded, chunks to embed) after each batch.
+        """
+        chunks = self._chunks(key, title, sections, fields)
+        if self.embeddings is None or self.retrieval_mode().mode != "hybrid":
+            return PreparedUnit(chunks, None)
+        texts = [f"{c.title}\n{c.content}" if c.title else c.content for c in chunks]
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), EMBED_BATCH):
+            vectors += self.embeddings.embed_documents(texts[start : start + EMBED_BATCH])
+            if progress is not None:
+                progress(len(vectors), len(texts))
+        return PreparedUnit(chunks, vectors)
+
+    def query_vector(self, text: str) -> list[float] | None:
+        """The query's vector where the store holds vectors and has the model, else ``None``."""
+        if self.embeddings is None or text.strip() in ("", "*") or self.store.dimension() is None:
+            return None
+        return self.embeddings.embed_query(text)
 
     def put(
         self,
@@ -75,6 +183,7 @@ class DocumentStore:
         fields: Mapping[str, Any],
         vector: Sequence[float] | None = None,
         permissions: Permissions | None = None,
+        prepared: PreparedUnit | None = None,
     ) -> int:
         """Add or replace a unit and its chunks in one transaction.
 
@@ -88,16 +197,21 @@ class DocumentStore:
             vector: One vector for every chunk (hybrid search), if any.
             permissions: Who may see the unit (``None``: unmarked, or the permissions it
                 already had).
+            prepared: Its chunks and their vectors from :meth:`prepare` (``sections`` and
+                ``vector`` are then not read).
 
         Returns:
             The number of chunks written.
         """
-        chunks = self._chunks(key, title, sections, fields)
+        if prepared is not None:
+            chunks, vectors = prepared.chunks, prepared.vectors
+        else:
+            chunks = self._chunks(key, title, sections, fields)
+            vectors = [list(vector)] * len(chunks) if vector is not None else None
         body = json.dumps(stored, sort_keys=True, default=json_default)
         digest = hashlib.sha256(body.encode()).hexdigest()
         path = RECORD_PREFIX + key
         state = FileState(path, path, digest, digest, 0.0, len(body), len(chunks))
-        vectors = [list(vector)] * len(chunks) if vector is not None else None
         self.store.replace_file(
             state, MetadataJson(body), chunks, vectors, permissions, fields=fields
         )
