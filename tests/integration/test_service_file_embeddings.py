@@ -15,8 +15,6 @@ import httpx
 import pytest
 from tests.integration.service_process import KEY, VERSION, serve_process
 
-from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR
-
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 FILES = {
@@ -109,7 +107,7 @@ def test_no_embeddings_ranks_lexically_and_an_upgrade_keeps_lexical_sources_work
 
 
 def test_the_environment_variable_opts_out_as_the_flag_does(tmp_path, monkeypatch):
-    monkeypatch.setenv(NO_EMBEDDINGS_ENV_VAR, "1")
+    monkeypatch.setenv("AGENTIC_RETRIEVAL_NO_EMBEDDINGS", "1")
     with serve_process(tmp_path / "data") as (url, _):
         http = client(url)
         file_source(http, "rules", FILES)

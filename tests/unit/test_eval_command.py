@@ -64,7 +64,15 @@ def dataset(tmp_path) -> Path:
 
 def test_eval_command_end_to_end_with_exact_numbers(tmp_path, dataset):
     out = tmp_path / "out"
-    args = ["eval", "--dataset", str(dataset), "--cache", str(tmp_path / "cache")]
+    # lexical, so that the figures are BM25's exactly
+    args = [
+        "eval",
+        "--dataset",
+        str(dataset),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--no-embeddings",
+    ]
     result = runner.invoke(app, [*args, "--top-n", "10,1", "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert "toy: 4 questions (4 with judged documents)" in result.stdout
@@ -119,6 +127,8 @@ def test_eval_command_end_to_end_with_exact_numbers(tmp_path, dataset):
         (["--dataset", "{data}", "--split", "dev"], "no qrels for split 'dev'"),
         (["--dataset", "{data}", "--prices", "{tmp}/none.json"], "price table"),
         (["--dataset", "{data}", "--embeddings", "bogus", "--retrieval", "hybrid"], "use 'local'"),
+        (["--dataset", "{data}", "--no-embeddings", "--retrieval", "hybrid"], "needs embeddings"),
+        (["--dataset", "{data}", "--no-embeddings", "--embeddings", "local"], "contradict"),
     ],
 )
 def test_eval_mistakes_are_one_line_and_exit_2(tmp_path, dataset, monkeypatch, args, message):
@@ -365,3 +375,39 @@ def test_the_default_retrieval_label_is_a_retrieval_value(tmp_path, kb_dir):
     assert Configuration(retrieval="indexed") == Configuration()  # the default, spelt out
     help_text = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "200"}).stdout
     assert "lexical, hybrid, indexed" in help_text
+
+
+PETS_CORPUS = [
+    {"_id": "rules", "title": "House rules", "text": "Dogs are not allowed on the premises."},
+    {
+        "_id": "hours",
+        "title": "Opening hours",
+        "text": "The office opens at nine and closes at five.",
+    },
+    {"_id": "parking", "title": "Parking", "text": "Visitors park in the north lot."},
+]
+
+
+def test_a_dataset_is_evaluated_hybrid_by_default_and_the_report_says_so(tmp_path):
+    root = tmp_path / "pets"
+    write(root / "corpus.jsonl", jsonl(PETS_CORPUS))
+    # shares no word (nor word form) with the rule it asks about: only vectors find it
+    write(root / "queries.jsonl", jsonl([{"_id": "q1", "text": "Can I bring my pet?"}]))
+    write(root / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\trules\t1\n")
+    args = ["eval", "--dataset", str(root), "--cache", str(tmp_path / "cache")]
+
+    hybrid = runner.invoke(app, [*args, "--output", str(tmp_path / "out")])
+    assert hybrid.exit_code == 0, hybrid.output
+    assert "minimal/hybrid/default/top100" in hybrid.stdout
+    assert "note: retrieval: hybrid (hybrid: BM25 fused with vectors of 'local'" in hybrid.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["info"]["retrieval"] == {"minimal/hybrid/default/top100": "hybrid"}
+    assert report["configurations"][0]["summary"]["R@10"] == 1.0
+    assert "retrieval: hybrid" in (tmp_path / "out" / "report.md").read_text()
+
+    lexical = runner.invoke(app, [*args, "--no-embeddings", "--output", str(tmp_path / "lex")])
+    assert lexical.exit_code == 0, lexical.output
+    assert "note: retrieval: lexical (BM25 only" in lexical.stdout
+    report = json.loads((tmp_path / "lex" / "report.json").read_text())
+    assert report["info"]["retrieval"] == {"minimal/lexical/default/top100": "lexical"}
+    assert report["configurations"][0]["summary"]["R@10"] == 0.0  # words alone miss the rule

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -45,6 +45,9 @@ from agentic_retrieval.kb.directory import MANIFEST_NAME
 from agentic_retrieval.knowledge_base import KnowledgeBase
 
 Target = str | Path | KnowledgeBase | EvalDataset
+EmbeddingsOption = str | Embeddings | Literal[False] | None
+"""A model name or object for hybrid retrieval, ``None`` for the default (the bundled model
+for a BEIR corpus, each source's own for a knowledge base), ``False`` for lexical only."""
 StartConfiguration = Callable[[Configuration, int], None]
 
 
@@ -67,7 +70,7 @@ def evaluate(
     questions: str | Path | Sequence[Question] | None = None,
     split: str = "test",
     chat_model: BaseChatModel | str | None = None,
-    embeddings: str | Embeddings | None = None,
+    embeddings: EmbeddingsOption = None,
     prices: str | Path | Mapping[str, Any] | None = None,
     output_dir: str | Path | None = None,
     cache_dir: str | Path | None = None,
@@ -110,7 +113,7 @@ async def aevaluate(
     questions: str | Path | Sequence[Question] | None = None,
     split: str = "test",
     chat_model: BaseChatModel | str | None = None,
-    embeddings: str | Embeddings | None = None,
+    embeddings: EmbeddingsOption = None,
     prices: str | Path | Mapping[str, Any] | None = None,
     output_dir: str | Path | None = None,
     cache_dir: str | Path | None = None,
@@ -134,7 +137,10 @@ async def aevaluate(
             ``provider:model``; default ``$AGENTIC_RETRIEVAL_CHAT_MODEL``).
         embeddings: For hybrid retrieval: a model name (``local``, ``provider:model``) to
             index a BEIR corpus with, or an ``Embeddings`` object for a knowledge-base
-            directory (default: the model each source recorded).
+            directory (default: the bundled model for a BEIR corpus, the model each source
+            recorded for a knowledge base). ``False``: lexical only (no model is loaded);
+            configurations that leave ``retrieval`` unset then run ``lexical``. A BEIR
+            corpus is otherwise evaluated ``hybrid`` by default; the report's notes say which.
         prices: A price table (file or dict) to report cost per question.
         output_dir: When given, write ``report.json``, ``runs/<configuration>.run``,
             ``qrels.txt`` and ``quality-vs-cost.png`` there.
@@ -180,7 +186,7 @@ async def aevaluate(
         comparisons=compare(results, asked, seed),
         notes=notes + _cost_notes(results),
         questions=asked,
-        info={**_info(dataset, eval_target, seed, concurrency), "warm_up": warm_up},
+        info={**_info(dataset, eval_target, chosen, seed, concurrency), "warm_up": warm_up},
     )
     if output_dir is not None:
         from agentic_retrieval.eval.outputs import write_outputs
@@ -195,7 +201,7 @@ def _open(
     questions: str | Path | Sequence[Question] | None,
     split: str,
     chat_model: BaseChatModel | str | None,
-    embeddings: str | Embeddings | None,
+    embeddings: EmbeddingsOption,
     cache_dir: str | Path | None,
     progress: Progress,
 ) -> tuple[EvalDataset, EvalTarget, list[Configuration]]:
@@ -209,6 +215,11 @@ def _open(
             raise DatasetError("an EvalDataset without a corpus needs a knowledge base target")
         if questions is not None:
             dataset.questions = _questions(questions)
+        # hybrid by default, as index is: a cached corpus may hold vectors from an earlier
+        # run, so "as indexed" would vary; --no-embeddings (False) is lexical
+        configurations = _with_retrieval(
+            configurations, "lexical" if embeddings is False else "hybrid", embeddings
+        )
         hybrid = any(c.retrieval == "hybrid" for c in configurations)
         model = (embeddings if isinstance(embeddings, str) else "local") if hybrid else None
         cached = index_corpus(
@@ -217,11 +228,7 @@ def _open(
         dataset.notes.extend(cached.notes())
         vectors = embeddings if isinstance(embeddings, Embeddings) else None
         eval_target = DirectoryTarget(cached.path, chat_model=chat_model, embeddings=vectors)
-        # a cached corpus may hold vectors from an earlier run: "as indexed" would vary
-        configurations = [
-            c if c.retrieval else dataclasses.replace(c, retrieval="lexical")
-            for c in configurations
-        ]
+        dataset.notes.append(_retrieval_note(configurations, model))
     else:
         path = Path(target)
         if not (path / MANIFEST_NAME).is_file():
@@ -229,12 +236,44 @@ def _open(
                 f"{path} is neither a BEIR dataset (corpus.jsonl) nor a knowledge base "
                 f"({MANIFEST_NAME})"
             )
+        if embeddings is False:  # lexical only: nothing runs "as indexed" with vectors
+            configurations = _with_retrieval(configurations, "lexical", embeddings)
         vectors = embeddings if isinstance(embeddings, Embeddings) else None
         eval_target = DirectoryTarget(path, chat_model=chat_model, embeddings=vectors)
         dataset = EvalDataset(eval_target.name, _questions(questions))
     keys = dataset.document_keys if dataset.corpus is not None else eval_target.document_keys()
     dataset.questions = resolve_judgements(dataset.questions, keys)
     return dataset, eval_target, configurations
+
+
+def _with_retrieval(
+    configurations: list[Configuration], default: str, embeddings: EmbeddingsOption
+) -> list[Configuration]:
+    """``configurations``, those that leave retrieval unset given ``default``.
+
+    Raises:
+        EvalConfigurationError: ``hybrid`` asked for with embeddings turned off.
+    """
+    if embeddings is False and any(c.retrieval == "hybrid" for c in configurations):
+        raise EvalConfigurationError(
+            "hybrid retrieval needs embeddings: leave out --no-embeddings (embeddings=False) "
+            "or --retrieval hybrid"
+        )
+    return [c if c.retrieval else dataclasses.replace(c, retrieval=default) for c in configurations]
+
+
+def _retrieval_note(configurations: Sequence[Configuration], model: str | None) -> str:
+    """Which retrieval each configuration used, in the report's words."""
+    modes = sorted({c.retrieval or "indexed" for c in configurations})
+    if model is None:
+        return (
+            f"retrieval: {', '.join(modes)} (BM25 only; without --no-embeddings a corpus is "
+            "evaluated hybrid, with vectors of the bundled model)"
+        )
+    return (
+        f"retrieval: {', '.join(modes)} (hybrid: BM25 fused with vectors of {model!r}, the "
+        "default; --no-embeddings: lexical only, no model loaded)"
+    )
 
 
 def _is_beir(target: Target) -> bool:
@@ -290,11 +329,18 @@ def _cost_notes(results: list[ConfigurationResult]) -> list[str]:
     return [f"no price for {', '.join(unpriced)} in the price table: cost not reported"]
 
 
-def _info(dataset: EvalDataset, target: EvalTarget, seed: int, concurrency: int) -> dict[str, Any]:
+def _info(
+    dataset: EvalDataset,
+    target: EvalTarget,
+    configurations: Sequence[Configuration],
+    seed: int,
+    concurrency: int,
+) -> dict[str, Any]:
     return {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "split": dataset.split,
         "knowledge_base": str(target.path) if isinstance(target, DirectoryTarget) else None,
+        "retrieval": {c.name: c.retrieval or "indexed" for c in configurations},
         "seed": seed,
         "concurrency": concurrency,
         "python": platform.python_version(),

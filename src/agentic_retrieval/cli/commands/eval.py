@@ -11,11 +11,18 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from agentic_retrieval.cli.errors import user_errors
@@ -33,6 +40,7 @@ LINE_SECONDS = 30.0
 QUIET_SECONDS = 5.0
 """No progress line before a run has lasted this long."""
 SHOWN_FAILURES = 3
+EMBEDDING_HINT = "with vectors (--no-embeddings: lexical only, faster)"
 
 
 @user_errors
@@ -56,7 +64,8 @@ def eval_command(
         str | None,
         typer.Option(
             help="Comma list: lexical, hybrid, indexed (each source as it was indexed: "
-            "hybrid where it has vectors). Default: indexed for --kb, lexical for --dataset."
+            "hybrid where it has vectors). Default: indexed for --kb, hybrid for --dataset "
+            "(lexical with --no-embeddings)."
         ),
     ] = None,
     reranker: Annotated[
@@ -72,6 +81,13 @@ def eval_command(
             help="Embedding model to index a --dataset corpus for hybrid (default: local)."
         ),
     ] = None,
+    no_embeddings: Annotated[
+        bool,
+        typer.Option(
+            "--no-embeddings",
+            help="Lexical only: index a --dataset corpus without vectors, load no model.",
+        ),
+    ] = False,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -105,8 +121,12 @@ def eval_command(
         top_ns=[_integer(v, "--top-n") for v in parse_list(top_n, "--top-n")],
         output_modes=parse_list(output_mode, "--output-mode"),
     )
-    model = check_embeddings_name(embeddings) if embeddings else None
-    with _quiet("agentic_retrieval"), _progress() as callbacks:
+    if embeddings and no_embeddings:
+        raise EvalConfigurationError("--embeddings and --no-embeddings contradict each other")
+    model: str | Literal[False] | None = (
+        False if no_embeddings else check_embeddings_name(embeddings) if embeddings else None
+    )
+    with _quiet("agentic_retrieval"), _progress(embedding=not no_embeddings) as callbacks:
         report = evaluate(
             target,
             configurations,
@@ -156,24 +176,36 @@ def _quiet(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
+def indexing_label(embedding: bool) -> str:
+    """What indexing a corpus is called; with vectors, how to skip them."""
+    if embedding:
+        return f"indexing the corpus, {EMBEDDING_HINT}"
+    return "indexing the corpus"
+
+
 @contextmanager
-def _progress() -> Iterator[dict[str, Any]]:
-    """Progress bars on a terminal; elsewhere (a pipe, a file, CI) progress lines."""
+def _progress(embedding: bool = True) -> Iterator[dict[str, Any]]:
+    """Progress bars on a terminal; elsewhere (a pipe, a file, CI) progress lines.
+
+    Indexing a corpus shows the time left, and with vectors (``embedding``) how to skip them.
+    """
     if not err.is_terminal:
-        yield ProgressLines(err).callbacks()
+        yield ProgressLines(err, embedding=embedding).callbacks()
         return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
     )
     with Progress(*columns, console=err, transient=True) as bars:
         tasks: dict[str, Any] = {}
 
         def indexing(event: IndexProgress) -> None:
             if "index" not in tasks:
-                tasks["index"] = bars.add_task("indexing the corpus", total=event.total)
+                tasks["index"] = bars.add_task(indexing_label(embedding), total=event.total)
             bars.update(tasks["index"], completed=event.done)
 
         def configuration(config: Any, total: int) -> None:
@@ -195,9 +227,10 @@ class ProgressLines:
     on stderr) reads as it does on a terminal, where the bars vanish when done.
     """
 
-    def __init__(self, console: Console, clock: Any = None) -> None:
+    def __init__(self, console: Console, clock: Any = None, *, embedding: bool = False) -> None:
         import time
 
+        self.indexing_label = indexing_label(embedding)
         self.console = console
         self.clock = clock or time.monotonic
         self.started: dict[str, float] = {}
@@ -215,7 +248,7 @@ class ProgressLines:
 
     def indexing(self, event: IndexProgress) -> None:
         """After each corpus record indexed."""
-        self._step("indexing the corpus", event.done, event.total or 0, "records")
+        self._step(self.indexing_label, event.done, event.total or 0, "records")
 
     def configuration(self, config: Any, total: int) -> None:
         """When a configuration starts."""
@@ -233,7 +266,8 @@ class ProgressLines:
         tenth = total > 0 and (done * 10 // total) > ((done - 1) * 10 // total)
         if done == total or tenth or self.clock() - self.last_line >= LINE_SECONDS:
             elapsed = self.clock() - started
-            self._line(f"{name}: {done}/{total} {unit} ({elapsed:.0f} s)")
+            left = f", about {elapsed / done * (total - done):.0f} s left" if done < total else ""
+            self._line(f"{name}: {done}/{total} {unit} ({elapsed:.0f} s{left})")
 
     def _line(self, text: str) -> None:
         if self.clock() - self.begun < QUIET_SECONDS:
