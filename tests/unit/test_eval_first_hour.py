@@ -17,6 +17,7 @@ from agentic_retrieval.eval import Configuration, Question, evaluate
 from agentic_retrieval.eval.chart import chart_points, quality_cost_figure
 from agentic_retrieval.eval.significance import mean_interval
 from agentic_retrieval.sources.base import SearchQuery
+from agentic_retrieval.sources.local import IndexProgress
 from agentic_retrieval.testing import ScriptedChatModel
 
 pytest.importorskip("ir_measures")
@@ -163,6 +164,23 @@ def test_progress_lines_are_quiet_at_first_then_every_tenth_or_half_minute():
         lines.question(Named(), None)
     assert console.lines[-1] == "minimal/top10: 40/40 questions (35 s)"
     assert len(console.lines) == 2 + 1 + 8
+
+
+def test_indexing_a_corpus_says_the_time_left_and_how_to_skip_the_vectors():
+    clock, console = Clock(), Recorder()
+    lines = eval_command.ProgressLines(console, clock=clock, embedding=True)  # type: ignore[arg-type]
+    clock.now = eval_command.QUIET_SECONDS + 10
+    lines.indexing(IndexProgress(1, 10, "d1", "indexed"))  # the clock starts at the first record
+    clock.now += 20
+    lines.indexing(IndexProgress(2, 10, "d2", "indexed"))
+    assert console.lines[-1] == (
+        "indexing the corpus, with vectors (--no-embeddings: lexical only, faster): "
+        "2/10 records (20 s, about 80 s left)"
+    )
+    lexical = eval_command.ProgressLines(console, clock=clock)  # type: ignore[arg-type]
+    clock.now += eval_command.QUIET_SECONDS
+    lexical.indexing(IndexProgress(10, 10, "d1", "indexed"))
+    assert console.lines[-1] == "indexing the corpus: 10/10 records (0 s)"
 
 
 def test_eval_prints_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):

@@ -248,7 +248,7 @@ class ProgressLines:
 
     def indexing(self, event: IndexProgress) -> None:
         """After each corpus record indexed."""
-        self._step(self.indexing_label, event.done, event.total or 0, "records")
+        self._step(self.indexing_label, event.done, event.total or 0, "records", time_left=True)
 
     def configuration(self, config: Any, total: int) -> None:
         """When a configuration starts."""
@@ -261,12 +261,16 @@ class ProgressLines:
         self.done[config.name] += 1
         self._step(config.name, self.done[config.name], self.totals[config.name], "questions")
 
-    def _step(self, name: str, done: int, total: int, unit: str) -> None:
+    def _step(self, name: str, done: int, total: int, unit: str, time_left: bool = False) -> None:
         started = self.started.setdefault(name, self.clock())
         tenth = total > 0 and (done * 10 // total) > ((done - 1) * 10 // total)
         if done == total or tenth or self.clock() - self.last_line >= LINE_SECONDS:
             elapsed = self.clock() - started
-            left = f", about {elapsed / done * (total - done):.0f} s left" if done < total else ""
+            left = (
+                f", about {elapsed / done * (total - done):.0f} s left"
+                if time_left and 0 < done < total
+                else ""
+            )
             self._line(f"{name}: {done}/{total} {unit} ({elapsed:.0f} s{left})")
 
     def _line(self, text: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval.embeddings import LOCAL, vectors_made_with
+from agentic_retrieval.embeddings import vectors_made_with
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunks_of
@@ -107,29 +107,30 @@ class DocumentStore:
     def retrieval_mode(self) -> RetrievalState:
         """How this store ranks, read from what it holds and the model it was given.
 
-        Hybrid where it holds vectors of the bundled model (recorded beside them) or holds
-        nothing yet, given the model; lexical otherwise, with a note saying why.
+        Hybrid where it holds vectors (of the model it records beside them) or holds nothing
+        yet, given that model; lexical otherwise, with a note saying why.
         """
-        made_with = self.store.recorded_vectors_made_with()
-        if made_with:
-            model = made_with[0].partition("@")[0]
-            if model != LOCAL:
-                note = f"its vectors were made with {model!r}, which this service does not run"
-                return RetrievalState("lexical", None, f"lexical only: {note}")
+        ours = _model_name(self.embeddings)
+        if self.store.dimension() is not None:  # it holds vectors
+            made_with = self.store.recorded_vectors_made_with()
+            model = made_with[0].partition("@")[0] if made_with else ours
             if self.embeddings is None:
                 return RetrievalState(
                     "lexical",
-                    LOCAL,
+                    model,
                     "lexical only while this server runs with --no-embeddings: its vectors "
                     "are kept, files uploaded meanwhile get none",
                 )
-            return RetrievalState("hybrid", LOCAL)
+            if model is not None and ours is not None and model != ours:
+                note = f"its vectors were made with {model!r}, not this service's {ours!r}"
+                return RetrievalState("lexical", model, f"lexical only: {note}")
+            return RetrievalState("hybrid", model)
         if self.embeddings is None:
             return RetrievalState(
                 "lexical", None, "lexical only: this server runs with --no-embeddings"
             )
         if self.store.count_chunks() == 0:
-            return RetrievalState("hybrid", LOCAL)
+            return RetrievalState("hybrid", ours)
         return RetrievalState(
             "lexical",
             None,
@@ -170,6 +171,8 @@ class DocumentStore:
     def query_vector(self, text: str) -> list[float] | None:
         """The query's vector where the store holds vectors and has the model, else ``None``."""
         if self.embeddings is None or text.strip() in ("", "*") or self.store.dimension() is None:
+            return None
+        if self.retrieval_mode().mode != "hybrid":  # another model's vectors
             return None
         return self.embeddings.embed_query(text)
 
@@ -313,6 +316,14 @@ class DocumentStore:
         if not records:
             records.append(ChunkRecord(f"{key}{CHUNK_SEPARATOR}0", 0, title, "", None, {}))
         return records
+
+
+def _model_name(embeddings: Embeddings | None) -> str | None:
+    """The model's name as a store records it, without the precision (``local``)."""
+    if embeddings is None:
+        return None
+    made_with = vectors_made_with(embeddings)
+    return made_with.partition("@")[0] if made_with else None
 
 
 def unit_key(chunk_id: str) -> str:
