@@ -46,7 +46,7 @@ from agentic_retrieval.sources.local.store import (
 CHUNK_SEPARATOR = "#"
 """Between a unit's key and its chunk number in chunk ids (file chunk ids never hold it)."""
 _SEARCH_DEPTH_ROUNDS = 4
-EMBED_BATCH = 32
+EMBED_BATCH = 16
 """Chunks embedded per call: the model serves one call at a time, so a query's embedding
 waits for at most one batch of a large upload, never for the whole file."""
 RetrievalMode = Literal["hybrid", "lexical"]
