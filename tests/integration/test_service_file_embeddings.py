@@ -10,6 +10,7 @@ server's model.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -106,11 +107,20 @@ def test_no_embeddings_ranks_lexically_and_an_upgrade_keeps_lexical_sources_work
         assert retrieve(http, "fresh-kb", PARAPHRASE)[0] == ["rules.md"]
 
 
+def runs_the_model(pid: int) -> bool:
+    """Whether the process has the model's runtime (OpenVINO) loaded."""
+    return "openvino" in Path(f"/proc/{pid}/maps").read_text()
+
+
 def test_the_environment_variable_opts_out_as_the_flag_does(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTIC_RETRIEVAL_NO_EMBEDDINGS", "1")
-    with serve_process(tmp_path / "data") as (url, _):
+    with serve_process(tmp_path / "data") as (url, process):
         http = client(url)
         file_source(http, "rules", FILES)
         knowledge_base(http, "kb", "rules")
         assert retrieve(http, "kb", PARAPHRASE)[0] == []
         assert status(http, "rules")["retrievalMode"] == "lexical"
+        assert not runs_the_model(process.pid)  # the opt-out never loads it
+    monkeypatch.delenv("AGENTIC_RETRIEVAL_NO_EMBEDDINGS")
+    with serve_process(tmp_path / "other") as (url, process):
+        assert runs_the_model(process.pid)  # loaded before the server reports ready
