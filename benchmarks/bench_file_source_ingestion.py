@@ -9,6 +9,9 @@ Printed per mode: files, chunks, wall seconds, chunks/s, and the server process'
 (the conversions' child processes not included).
 
     .venv/bin/python benchmarks/bench_file_source_ingestion.py [--files 60] [--per-file 8]
+
+``--during-upload N`` measures instead what embedding costs queries: N hybrid retrieves on an
+idle server, then N while one file of ``--per-file`` abstracts is being embedded.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -86,11 +91,64 @@ def run(mode: str, uploads: list[tuple[str, bytes]]) -> None:
     )
 
 
+def retrieve_ms(http: httpx.Client, question: str) -> float:
+    body = {"intents": [{"type": "semantic", "search": question}]}
+    started = time.perf_counter()
+    assert http.post("/knowledgebases/kb/retrieve", json=body).status_code == 200
+    return (time.perf_counter() - started) * 1000
+
+
+def during_upload(per_file: int, queries: int) -> None:
+    """Retrieve latency (hybrid) idle, then while one large file is being embedded."""
+    small, big = files(4, 2), files(1, per_file)[0]
+    with tempfile.TemporaryDirectory() as tmp, serve_process(Path(tmp) / "data") as (url, _):
+        http = httpx.Client(base_url=url, headers={"api-key": KEY}, params=VERSION, timeout=600)
+        assert http.put("/knowledgesources/docs", json={"kind": "file"}).status_code == 201
+        for name, content in [*small, ("big.md", big[1])]:
+            if name == "big.md":
+                break
+            parts = {
+                "metadata": (None, json.dumps({"fileName": name}), "application/json"),
+                "content": (name, content, "application/octet-stream"),
+            }
+            assert http.post("/knowledgesources/docs/files", files=parts).status_code == 201
+        body = {"knowledgeSources": [{"name": "docs"}]}
+        assert http.put("/knowledgebases/kb", json=body).status_code == 201
+        idle = [retrieve_ms(http, f"pressure on wing {n}") for n in range(queries)]
+        parts = {
+            "metadata": (None, json.dumps({"fileName": "big.md"}), "application/json"),
+            "content": ("big.md", big[1], "application/octet-stream"),
+        }
+        uploader = threading.Thread(
+            target=lambda: http.post("/knowledgesources/docs/files", files=parts)
+        )
+        uploader.start()
+        time.sleep(2.0)  # past the conversion: embedding
+        busy = []
+        while uploader.is_alive() and len(busy) < queries:
+            busy.append(retrieve_ms(http, f"pressure on wing {len(busy)}"))
+        uploader.join()
+    for label, times in (("idle", idle), ("during a large upload", busy)):
+        times = sorted(times)
+        print(
+            f"retrieve {label}: {len(times)} queries, median {statistics.median(times):.0f} ms, "
+            f"max {times[-1]:.0f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=60)
     parser.add_argument("--per-file", type=int, default=8)
+    parser.add_argument(
+        "--during-upload", type=int, metavar="QUERIES", help="measure query latency instead"
+    )
     args = parser.parse_args()
+    if args.during_upload:
+        print(f"load average before: {os.getloadavg()}")
+        during_upload(args.per_file, args.during_upload)
+        print(f"load average after: {os.getloadavg()}")
+        return
     uploads = files(args.files, args.per_file)
     print(f"load average before: {os.getloadavg()}")
     for mode in ("lexical", "hybrid"):

@@ -112,6 +112,9 @@ class LocalEmbeddings(Embeddings):
             ``[local]`` extra; bf16 and fp32 only). ``None`` reads
             ``$AGENTIC_RETRIEVAL_EMBEDDINGS_RUNTIME`` (default ``openvino``; ``torch`` on
             another device than the CPU).
+        threads: CPU threads of an OpenVINO model of its own (``None``: the process's shared
+            model, on every core). A server embeds uploads with ``threads=1``, so its
+            queries, on the shared model, never wait behind an upload nor lose every core.
 
     Raises:
         EmbeddingsConfigError: An unknown precision or runtime, or ``int8`` on another device
@@ -127,6 +130,7 @@ class LocalEmbeddings(Embeddings):
         batch_size: int = 32,
         precision: PrecisionChoice | None = None,
         runtime: Runtime | None = None,
+        threads: int | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.model_name = LOCAL_MODEL_NAME
@@ -141,7 +145,9 @@ class LocalEmbeddings(Embeddings):
             self.precision = "fp32"
         # the OpenVINO graph loads on a thread (a missing package is said here, at once), so a
         # cold command line builds its graph and opens its indexes meanwhile
-        self._loading = _graph_loading(self.precision) if self.runtime == "openvino" else None
+        self._loading = (
+            _graph_loading(self.precision, threads) if self.runtime == "openvino" else None
+        )
         self.model: Any = _load_model(device) if self._loading is None else None
         """The sentence-transformers model (the torch runtime), else ``None``."""
         # torch modules are not re-entrant; the graph may embed from several threads
@@ -202,6 +208,7 @@ def local_embeddings(
     device: str = "cpu",
     precision: PrecisionChoice | None = None,
     runtime: Runtime | None = None,
+    threads: int | None = None,
 ) -> LocalEmbeddings:
     """Return the offline all-MiniLM-L6-v2 embeddings (the model is loaded once per process).
 
@@ -209,6 +216,7 @@ def local_embeddings(
         device: ``"cpu"`` or a torch device.
         precision: See :class:`LocalEmbeddings`.
         runtime: See :class:`LocalEmbeddings`.
+        threads: See :class:`LocalEmbeddings`.
 
     Returns:
         A LangChain ``Embeddings``.
@@ -218,7 +226,7 @@ def local_embeddings(
         EmbeddingsConfigError: An unknown precision or runtime.
 
     """
-    return LocalEmbeddings(device=device, precision=precision, runtime=runtime)
+    return LocalEmbeddings(device=device, precision=precision, runtime=runtime, threads=threads)
 
 
 def bundled_model_dir() -> Path:
@@ -405,13 +413,12 @@ def wait_for_local_models() -> None:
     A server calls it before it says it is ready. A model that failed to load is left
     for its first query to report (that source then answers with its error).
     """
-    for precision in PRECISIONS:
-        if precision != "auto" and (precision,) in _loads_started:
-            with suppress(Exception):
-                _graph_loading(precision).result()
+    for precision, threads in list(_loads_started):
+        with suppress(Exception):
+            _graph_loading(precision, threads).result()
 
 
-_loads_started: set[tuple[str]] = set()
+_loads_started: set[tuple[Precision, int | None]] = set()
 
 
 def _forget_loaded_models() -> None:
@@ -422,7 +429,7 @@ def _forget_loaded_models() -> None:
 
 
 @lru_cache(maxsize=4)
-def _graph_loading(precision: Precision) -> Future[GraphEncoder]:
+def _graph_loading(precision: Precision, threads: int | None = None) -> Future[GraphEncoder]:
     """The bundled model's encoder in ``precision``, loading once per process on a thread.
 
     Raises:
@@ -432,11 +439,11 @@ def _graph_loading(precision: Precision) -> Future[GraphEncoder]:
     if not int8_available():  # said at once, as a missing model package is
         raise LocalEmbeddingsUnavailableError(INT8_INSTALL_HINT)
     loading: Future[GraphEncoder] = Future()
-    _loads_started.add((precision,))
+    _loads_started.add((precision, threads))
 
     def load() -> None:
         try:
-            loading.set_result(GraphEncoder(folder, precision))
+            loading.set_result(GraphEncoder(folder, precision, threads=threads))
         except BaseException as exc:  # handed to whoever waits for the model
             loading.set_exception(exc)
             _graph_loading.cache_clear()  # the next model object tries again

@@ -54,6 +54,8 @@ class ServiceCatalog:
         reranker: The reranker of every knowledge base (``None``: the library default).
         embeddings: The bundled model, with which file knowledge sources embed their chunks
             and queries (hybrid); ``None``: they rank lexically (``--no-embeddings``).
+        ingestion: The model uploads are embedded with, if not ``embeddings`` (an instance
+            of its own, so queries do not wait behind uploads).
     """
 
     def __init__(
@@ -63,11 +65,13 @@ class ServiceCatalog:
         chat_model: BaseChatModel | str | None = None,
         reranker: Reranker | None = None,
         embeddings: Embeddings | None = None,
+        ingestion: Embeddings | None = None,
     ) -> None:
         self.service = service
         self.chat_model = chat_model
         self.reranker = reranker
         self.embeddings = embeddings
+        self.ingestion = ingestion
         self._lock = threading.RLock()
         self._generation = -1
         self._cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -122,7 +126,9 @@ class ServiceCatalog:
 
     def file_store(self, stored: StoredDefinition) -> DocumentStore:
         """The store of a file knowledge source, embedding with this service's model."""
-        return DocumentStore(self.service.store(stored), embeddings=self.embeddings)
+        return DocumentStore(
+            self.service.store(stored), embeddings=self.embeddings, ingestion=self.ingestion
+        )
 
     def _build_knowledge_base(self, name: str) -> KnowledgeBase | None:
         stored = self.service.get("knowledgeBase", name)

@@ -110,6 +110,8 @@ class GraphEncoder:
         precision: ``fp32``, ``bf16`` or ``int8``.
         cache_dir: Where graphs are kept (default: the library's cache directory).
         group_size: Activation values sharing one int8 scale (``int8`` only).
+        threads: CPU threads the compiled model runs on (``None``: OpenVINO's choice, every
+            core).
 
     Raises:
         LocalEmbeddingsUnavailableError: OpenVINO or ``tokenizers`` is not installed, or the
@@ -122,6 +124,7 @@ class GraphEncoder:
         precision: Precision,
         cache_dir: Path | None = None,
         group_size: int = GROUP_SIZE,
+        threads: int | None = None,
     ) -> None:
         ov = import_openvino()
         try:
@@ -152,6 +155,8 @@ class GraphEncoder:
             "CACHE_DIR": str(path.parent / "compiled"),
             "DYNAMIC_QUANTIZATION_GROUP_SIZE": group_size if precision == "int8" else 0,
         }
+        if threads is not None:
+            config["INFERENCE_NUM_THREADS"] = threads
         try:
             compiled = openvino_core().compile_model(str(path), "CPU", config)
         except RuntimeError as exc:  # a damaged cached graph: build it again, once

@@ -93,8 +93,10 @@ def create_app(
         ServiceCatalog(
             service,
             reranker=reranker_by_name(None),
-            # file sources embed with the bundled model unless the server opts out
+            # file sources embed with the bundled model unless the server opts out; uploads
+            # on an instance of their own, on one thread: queries never wait behind them
             embeddings=local_embeddings() if settings.embeddings else None,
+            ingestion=local_embeddings(threads=1) if settings.embeddings else None,
         )
         if service
         else None

@@ -87,6 +87,9 @@ class DocumentStore:
         overlap: Characters of whole sentences repeated between consecutive chunks.
         embeddings: The bundled model, to embed chunks and queries where the store ranks
             hybrid (see :meth:`retrieval_mode`); ``None``: lexical only, no model used.
+        ingestion: The same model, to embed chunks with instead (a server's: an instance
+            of its own on one thread, so queries never wait behind an upload); ``None``:
+            ``embeddings``.
     """
 
     def __init__(
@@ -96,11 +99,13 @@ class DocumentStore:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         overlap: int = DEFAULT_OVERLAP,
         embeddings: Embeddings | None = None,
+        ingestion: Embeddings | None = None,
     ) -> None:
         self.store = store
         self.chunk_size = chunk_size
         self.overlap = overlap
         self.embeddings = embeddings
+        self.ingestion = (ingestion or embeddings) if embeddings is not None else None
         if embeddings is not None:  # recorded beside the vectors this store writes
             store.vectors_made_with = vectors_made_with(embeddings)
 
@@ -160,10 +165,12 @@ class DocumentStore:
         chunks = self._chunks(key, title, sections, fields)
         if self.embeddings is None or self.retrieval_mode().mode != "hybrid":
             return PreparedUnit(chunks, None)
+        model = self.ingestion or self.embeddings
+        assert model is not None  # checked above
         texts = [f"{c.title}\n{c.content}" if c.title else c.content for c in chunks]
         vectors: list[list[float]] = []
         for start in range(0, len(texts), EMBED_BATCH):
-            vectors += self.embeddings.embed_documents(texts[start : start + EMBED_BATCH])
+            vectors += model.embed_documents(texts[start : start + EMBED_BATCH])
             if progress is not None:
                 progress(len(vectors), len(texts))
         return PreparedUnit(chunks, vectors)
