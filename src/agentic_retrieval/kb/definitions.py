@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindError
 from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
+from agentic_retrieval.kb.graph_extraction import check_graph_extraction
 from agentic_retrieval.kb.model_connections import check_models, without_headers
 from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.wire.models import describe_validation_error
@@ -355,6 +356,11 @@ class KnowledgeSourceDefinition(Definition):
     cors_options: dict[str, Any] | None = None
 
     @property
+    def ingestion(self) -> dict[str, Any] | None:
+        """A file source's ``ingestionParameters`` (``None``: none)."""
+        return self.file_parameters.ingestion_parameters if self.file_parameters else None
+
+    @property
     def index_name(self) -> str | None:
         """The index a ``searchIndex`` source reads."""
         params = self.search_index_parameters
@@ -577,6 +583,7 @@ def parse_knowledge_source(
             )
     if source.file_parameters is not None:
         _check_permission_options(source.file_parameters)
+        check_graph_extraction(source.file_parameters.ingestion_parameters)
     check_models(source.to_wire())
     return source
 

@@ -34,6 +34,7 @@ from agentic_retrieval.kb.definitions import (
     parse_knowledge_base,
     parse_knowledge_source,
 )
+from agentic_retrieval.kb.graph_extraction import check_ontology_kept
 from agentic_retrieval.kb.model_connections import keep_headers, refuse_web_sources
 from agentic_retrieval.kb.service import (
     Check,
@@ -164,9 +165,9 @@ def put_knowledge_source(
                     f"kind: the knowledge source '{source.name}' is of kind "
                     f"{current.body.get('kind')!r}; a kind cannot change (delete and re-create it)"
                 )
-            _check_same_permission_options(
-                KnowledgeSourceDefinition.model_validate(current.body), source
-            )
+            old = KnowledgeSourceDefinition.model_validate(current.body)
+            _check_same_permission_options(old, source)
+            check_ontology_kept(source.name, old.ingestion, source.ingestion)
         index = source.index_name
         if index is None:
             return

@@ -18,10 +18,13 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from agentic_retrieval.kb.definitions import SUPPORTED_SOURCE_KINDS, KnowledgeSourceDefinition
+from agentic_retrieval.kb.graph_extraction import graph_extraction
 from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
 from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.sources.base import KnowledgeSource
+from agentic_retrieval.sources.graph import EntityGraphSource
 from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
+from agentic_retrieval.sources.local.documents import DocumentStore
 
 if TYPE_CHECKING:  # the catalog consults this module; it is only ever handed in
     from agentic_retrieval.kb.catalog import ServiceCatalog
@@ -136,15 +139,13 @@ class FileKind(HostedKind):
         definition: KnowledgeSourceDefinition,
         stored: StoredDefinition,
     ) -> KnowledgeSource | None:
-        """A :class:`DocumentKnowledgeSource` over the uploads' chunks."""
-        return DocumentKnowledgeSource(
-            definition.name,
-            catalog.file_store(stored),
-            kind="file",
-            description=definition.description or "",
-            filterable_fields=list(FILE_FILTER_SCHEMA),
-            filter_schema=FILE_FILTER_SCHEMA,
-        )
+        """A :class:`DocumentKnowledgeSource` over the uploads' chunks.
+
+        With ``graphExtractionParameters``, an :class:`EntityGraphSource` around it: its
+        graph lives in the source's own store file, and a retrieve with ``graphParameters``
+        searches it.
+        """
+        return file_source(catalog.file_store(stored), definition)
 
     def documents(
         self, catalog: ServiceCatalog, definition: KnowledgeSourceDefinition
@@ -160,6 +161,32 @@ class FileKind(HostedKind):
     ) -> str | None:
         """The source's own store."""
         return stored.store
+
+
+def file_source(
+    store: DocumentStore, definition: KnowledgeSourceDefinition
+) -> DocumentKnowledgeSource | EntityGraphSource:
+    """The live source of a ``file`` knowledge source over ``store`` (graph and all)."""
+    inner = DocumentKnowledgeSource(
+        definition.name,
+        store,
+        kind="file",
+        description=definition.description or "",
+        filterable_fields=list(FILE_FILTER_SCHEMA),
+        filter_schema=FILE_FILTER_SCHEMA,
+    )
+    ingestion = (
+        definition.file_parameters.ingestion_parameters if definition.file_parameters else None
+    )
+    graph = graph_extraction(ingestion)
+    if graph is None:
+        return inner
+    return EntityGraphSource.open(
+        inner,
+        graph.ontology.value,
+        graph_name=graph.graph_name,
+        ontology_name=graph.ontology.name,
+    )
 
 
 SOURCE_KINDS: dict[str, HostedKind] = {kind.name: kind for kind in (SearchIndexKind(), FileKind())}

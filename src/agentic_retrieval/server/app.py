@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentic_retrieval.embeddings import local_embeddings
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
+from agentic_retrieval.kb.graph_sync import GraphSynchronizer
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
@@ -51,7 +52,7 @@ from agentic_retrieval.server.streaming import (
     retrieve_events,
     wants_event_stream,
 )
-from agentic_retrieval.wire.api_versions import response_for_version
+from agentic_retrieval.wire.api_versions import check_request_fields, response_for_version
 from agentic_retrieval.wire.events import extensions_from
 from agentic_retrieval.wire.retrieve import prepare
 
@@ -170,6 +171,7 @@ def create_app(
             policy=policy,
             conversions=conversions,
             limits=settings.definition_limits(),
+            graphs=GraphSynchronizer(service) if service is not None else None,
         ),
     )
     _add_routes(app, registry, keys, policy, health)
@@ -207,7 +209,9 @@ def _add_routes(
             service_endpoint=public_base_url(request),
             api_version=api_version,
         )
-        parsed, context = prepare(await read_json_object(request), defaults, kb.bindings)
+        asked = await read_json_object(request)
+        check_request_fields(asked, api_version)
+        parsed, context = prepare(asked, defaults, kb.bindings)
         if wants_event_stream(request.headers.get("accept")):
             extensions = extensions_from(request.headers.get(EXTENSIONS_HEADER))
             request_id = str(uuid.uuid4())

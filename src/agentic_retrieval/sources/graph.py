@@ -33,21 +33,27 @@ from agentic_retrieval.entitygraph import (
 )
 from agentic_retrieval.odata import Expr, FieldSchema
 from agentic_retrieval.sources.base import Hit, SearchQuery
+from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
 from agentic_retrieval.sources.local.source import LocalKnowledgeSource
+from agentic_retrieval.sources.local.store import LocalStore
+
+StoredSource = LocalKnowledgeSource | DocumentKnowledgeSource
+"""A source over an embedded store: a local source, or a service's file source."""
 
 
 class EntityGraphSource:
-    """A :class:`LocalKnowledgeSource` and the entity graph of its documents.
+    """A :class:`LocalKnowledgeSource` (or a service's file source) and its entity graph.
 
     Args:
-        inner: The local source whose chunks are searched and whose documents are read.
+        inner: The source whose chunks are searched and whose documents are read.
         graph: The entity graph (ontology, edge list, graph name).
     """
 
     trims_by_permission = True
 
-    def __init__(self, inner: LocalKnowledgeSource, graph: EntityGraph) -> None:
+    def __init__(self, inner: StoredSource, graph: EntityGraph) -> None:
         self.inner = inner
+        self.store = _store_of(inner)
         self.graph = graph
         self.name = inner.name
         self.description = inner.description
@@ -56,7 +62,7 @@ class EntityGraphSource:
     @classmethod
     def open(
         cls,
-        inner: LocalKnowledgeSource,
+        inner: StoredSource,
         ontology: str,
         *,
         graph_name: str,
@@ -76,7 +82,7 @@ class EntityGraphSource:
             OntologyError: The ontology is not valid JSON-LD of the supported subset.
         """
         parsed = parse_ontology(ontology, ontology_name)
-        store = EdgeStore(path or inner.store.path)
+        store = EdgeStore(path or _store_of(inner).path)
         return cls(inner, EntityGraph(parsed, store, graph_name))
 
     @property
@@ -89,7 +95,9 @@ class EntityGraphSource:
         return self.inner.filter_schema()
 
     def check_filter(self, expr: Expr) -> None:
-        """Nothing to refuse beyond what the local source's search refuses."""
+        """Refuse what the inner source refuses before a search (a permission field)."""
+        if isinstance(self.inner, DocumentKnowledgeSource):
+            self.inner.check_filter(expr)
 
     async def search(self, query: SearchQuery) -> list[Hit]:
         """The local source's search."""
@@ -97,9 +105,7 @@ class EntityGraphSource:
 
     async def hydrate(self, chunk_ids: Sequence[str], query: SearchQuery) -> list[Hit]:
         """The chunks ``query.identity`` may see among ``chunk_ids``, in that order."""
-        stored = await asyncio.to_thread(
-            self.inner.store.chunks_by_id, list(chunk_ids), query.access
-        )
+        stored = await asyncio.to_thread(self.store.chunks_by_id, list(chunk_ids), query.access)
         return [
             Hit(
                 doc_key=h.id,
@@ -125,7 +131,7 @@ class EntityGraphSource:
         """
         extractor = GraphExtractor(self.graph.ontology, model, self.graph.graph_name, limits)
         store, name = self.graph.store, self.graph.graph_name
-        documents = await asyncio.to_thread(self.inner.store.document_chunks)
+        documents = await asyncio.to_thread(self.store.document_chunks)
         done = store.extracted_versions(name)
         reports = []
         for parent, (content_hash, chunks) in documents.items():
@@ -136,3 +142,8 @@ class EntityGraphSource:
         for parent in set(done) - set(documents):
             store.delete_document(name, parent)
         return reports
+
+
+def _store_of(inner: StoredSource) -> LocalStore:
+    """The embedded store whose documents ``inner`` searches."""
+    return inner.store if isinstance(inner, LocalKnowledgeSource) else inner.documents.store

@@ -8,6 +8,9 @@ before the newer version existed:
   (ISO 8601 UTC, as every version since ``2026-10-01`` already reads them) and
   ``elapsedInMs``, which Azure's reference describes as the record's elapsed time in
   milliseconds, kept for clients of earlier previews: the same value as ``elapsedMs``.
+- ``graphParameters`` in ``knowledgeSourceParams`` (graph search) is ``2026-11-01-preview``'s:
+  an older version is refused with a 400 (its clients could not read the ``graphSearch``
+  records and references it brings), as management refuses that version's definitions.
 """
 
 from __future__ import annotations
@@ -16,11 +19,31 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.graph.events import ACTIVITY_COMPLETED
 from agentic_retrieval.wire.events import ERROR, RESPONSE_COMPLETED, RetrieveEvent
 
 TIMED_ACTIVITY_VERSIONS = frozenset({"2026-11-01-preview"})
 """api-versions whose activity records carry ``elapsedInMs`` beside ``elapsedMs``."""
+GRAPH_VERSIONS = frozenset({"2026-11-01-preview"})
+"""api-versions that read ``graphParameters`` (and ``graphSearch`` records and references)."""
+
+
+def check_request_fields(body: Mapping[str, Any], api_version: str | None) -> None:
+    """Refuse a retrieve request field that ``api_version`` does not define.
+
+    Raises:
+        InvalidRequestError: ``graphParameters`` under a version before ``2026-11-01-preview``.
+    """
+    if api_version in GRAPH_VERSIONS:
+        return
+    params = body.get("knowledgeSourceParams")
+    for position, entry in enumerate(params if isinstance(params, list) else []):
+        if isinstance(entry, Mapping) and entry.get("graphParameters") is not None:
+            raise InvalidRequestError(
+                f"knowledgeSourceParams[{position}].graphParameters: graph search needs "
+                f"api-version {min(GRAPH_VERSIONS)}"
+            )
 
 
 def stamps_activity(api_version: str | None) -> bool:

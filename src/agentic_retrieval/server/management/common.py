@@ -19,6 +19,7 @@ from agentic_retrieval.errors import (
     StoreUnavailableError,
 )
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
+from agentic_retrieval.kb.graph_sync import GraphSynchronizer
 from agentic_retrieval.kb.management import DefinitionLimits
 from agentic_retrieval.kb.service import (
     STORES_DIR,
@@ -63,6 +64,7 @@ class Management:
             trimmed to what the caller's identity may see).
         conversions: Where uploaded files are converted (child processes, bounded).
         limits: How many indexes, knowledge sources and knowledge bases may be created.
+        graphs: Runs the entity-graph extraction of file sources after their uploads.
     """
 
     registry: KnowledgeBaseRegistry
@@ -74,6 +76,7 @@ class Management:
     policy: AccessPolicy = field(default_factory=AccessPolicy)
     conversions: ConversionPool = field(default_factory=ConversionPool)
     limits: DefinitionLimits = field(default_factory=DefinitionLimits)
+    graphs: GraphSynchronizer | None = None
 
     def require_service(self) -> tuple[ServiceDirectory, ServiceCatalog]:
         """The data directory, or a 400 explaining how to get one."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from agentic_retrieval.kb.graph_extraction import require_graph_version
 from agentic_retrieval.kb.management import DefinitionLimits, refuse_reserved
 from agentic_retrieval.kb.model_connections import require_version
 from agentic_retrieval.kb.service import (
@@ -103,6 +104,7 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         check_request(request, management.keys, "admin")
         body = await read_json_object(request)
         require_version(body, request.query_params.get("api-version"))
+        require_graph_version(body, request.query_params.get("api-version"))
         refuse_fixed(body.get("name") if isinstance(body.get("name"), str) else None)
         service, _ = management.require_service()
         stored, _ = await in_thread(
@@ -122,6 +124,7 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         check_request(request, management.keys, "admin")
         body = await read_json_object(request)
         require_version(body, request.query_params.get("api-version"))
+        require_graph_version(body, request.query_params.get("api-version"))
         refuse_fixed(name)
         service, _ = management.require_service()
         stored, created = await in_thread(

@@ -73,6 +73,7 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         outcome = await in_store_thread(
             management, "knowledgeSource", name, _ingest, management, name, add, received
         )
+        _synchronize_graph(management, name)
         return JSONResponse(outcome.file, status_code=201)
 
     async def update(name: str, file_id: str, request: Request) -> JSONResponse:
@@ -92,6 +93,8 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         outcome = await in_store_thread(
             management, "knowledgeSource", name, _ingest, management, name, replace, received
         )
+        if outcome.indexed:
+            _synchronize_graph(management, name)
         return JSONResponse(outcome.file)
 
     async def list_files(name: str, request: Request) -> Any:
@@ -124,6 +127,7 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         )
         if not deleted:
             raise _no_file(name, file_id)
+        _synchronize_graph(management, name)
         return Response(status_code=204)
 
     add_routes(app, "/knowledgesources/{name}/files", upload, ["POST"], UPLOAD_BODY)
@@ -194,6 +198,12 @@ def _id_list(metadata: dict[str, Any], name: str) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ApiError(400, f"metadata.{name}: expected a list of id strings.")
     return value
+
+
+def _synchronize_graph(management: Management, name: str) -> None:
+    """Bring the source's entity graph (if it has one) up to date, in the background."""
+    if management.graphs is not None:
+        management.graphs.schedule(name)
 
 
 def _no_file(source: str, file_id: str) -> ResourceNotFoundError:

@@ -1,0 +1,193 @@
+"""Entity-graph extraction of file knowledge sources, in the background of ``serve --data``.
+
+After an upload, update or delete of a file in a source with ``graphExtractionParameters``
+(:mod:`agentic_retrieval.kb.graph_extraction`), :meth:`GraphSynchronizer.schedule` starts a
+synchronisation: the source's ingestion model (``chatCompletionModel``, through
+:func:`~agentic_retrieval.kb.model_connections.chat_model`) reads the files changed since the
+last one into the source's edge list, and the assertions of deleted files are removed
+(:meth:`~agentic_retrieval.sources.graph.EntityGraphSource.extract`).
+
+Bounded: one synchronisation per source at a time (uploads arriving meanwhile run one more
+after it, not one each), each within :class:`~agentic_retrieval.entitygraph.ExtractionLimits`
+(chunks per minute, tokens, attempts, time per chunk). A file whose chunk the model could not
+read keeps its earlier assertions and is listed in the status's ``graphStatistics.errors``;
+the graph never holds half a file.
+
+The status shows the last finished synchronisation's ``graphStatistics`` (``ontologyName``,
+``triplesWritten`` in that synchronisation, not the graph's size). The record is kept in the
+serving process: with several workers, each reports the synchronisations it ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentic_retrieval.entitygraph import ExtractionLimits, ExtractionReport
+from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
+from agentic_retrieval.kb.graph_extraction import graph_extraction
+from agentic_retrieval.kb.model_connections import chat_model
+from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.source_kinds import file_source
+from agentic_retrieval.sources.graph import EntityGraphSource
+from agentic_retrieval.sources.local.documents import DocumentStore
+
+logger = logging.getLogger(__name__)
+
+MAX_LISTED_ERRORS = 50
+"""Most per-file failures a status lists."""
+
+
+@dataclass
+class GraphSync:
+    """One synchronisation of a source's graph with its files."""
+
+    ontology_name: str
+    start_time: str
+    end_time: str | None = None
+    triples_written: int = 0
+    files_read: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        """``graphStatistics`` as the status shows it."""
+        return {
+            "ontologyName": self.ontology_name,
+            "triplesWritten": self.triples_written,
+            "filesRead": self.files_read,
+            "startTime": self.start_time,
+            "endTime": self.end_time,
+            "errors": self.errors[:MAX_LISTED_ERRORS],
+        }
+
+
+class GraphSynchronizer:
+    """Runs the graph extraction of a service's file sources, one at a time per source.
+
+    Args:
+        service: The data directory.
+        limits: What each synchronisation may spend (default: :class:`ExtractionLimits`).
+    """
+
+    def __init__(self, service: ServiceDirectory, limits: ExtractionLimits | None = None) -> None:
+        self.service = service
+        self.limits = limits or ExtractionLimits()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self._last: dict[str, GraphSync] = {}
+
+    def schedule(self, name: str) -> None:
+        """Synchronise ``name``'s graph soon (call from the event loop; no graph: nothing)."""
+        task = self._tasks.get(name)
+        if task is not None and not task.done():
+            self._again.add(name)  # the running one may have read the files before the change
+            return
+        self._tasks[name] = asyncio.get_running_loop().create_task(self._run(name))
+
+    async def idle(self) -> None:
+        """Wait for every synchronisation under way (shutdown and tests)."""
+        while pending := [t for t in self._tasks.values() if not t.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def statistics(self, name: str, definition: KnowledgeSourceDefinition) -> dict[str, Any] | None:
+        """The source's ``graphStatistics`` (``None``: it has no graph)."""
+        ingestion = (
+            definition.file_parameters.ingestion_parameters if definition.file_parameters else None
+        )
+        graph = graph_extraction(ingestion)
+        if graph is None:
+            return None
+        last = self._last.get(name)
+        body = last.to_wire() if last else GraphSync(graph.ontology.name, "").to_wire()
+        task = self._tasks.get(name)  # set before the upload's response: never a stale "done"
+        body["synchronizing"] = task is not None and not task.done()
+        return body
+
+    async def _run(self, name: str) -> None:
+        while True:
+            self._again.discard(name)
+            await self._sync(name)
+            if name not in self._again:
+                return
+
+    async def _sync(self, name: str) -> None:
+        stored = self.service.get("knowledgeSource", name)
+        if stored is None or stored.store is None:
+            self._last.pop(name, None)
+            return
+        definition = KnowledgeSourceDefinition.model_validate(stored.body)
+        ingestion = (
+            definition.file_parameters.ingestion_parameters if definition.file_parameters else None
+        )
+        graph = graph_extraction(ingestion)
+        if graph is None or ingestion is None:
+            return
+        run = GraphSync(graph.ontology.name, _now())
+        try:
+            reports, names = await asyncio.to_thread(
+                self._extract, definition, stored, ingestion["chatCompletionModel"]
+            )
+            _record(run, reports, names)
+        except Exception as exc:  # a background run has no caller: its failure is its status
+            logger.warning(
+                "knowledge source %s: graph extraction failed: %s", name, type(exc).__name__
+            )
+            run.errors.append({"code": "GraphExtractionFailed", "message": _safe(exc)})
+        finally:
+            run.end_time = _now()
+        self._last[name] = run
+
+    def _extract(
+        self,
+        definition: KnowledgeSourceDefinition,
+        stored: StoredDefinition,
+        entry: Mapping[str, Any],
+    ) -> tuple[list[ExtractionReport], dict[str, str]]:
+        """Runs in a worker thread, on a loop of its own (the model's client is made there).
+
+        Returns:
+            The reports, and the file name of each file whose extraction failed.
+        """
+        source = file_source(DocumentStore(self.service.store(stored)), definition)
+        if not isinstance(source, EntityGraphSource):
+            return [], {}
+        try:
+            reports = asyncio.run(source.extract(chat_model(entry), self.limits))
+        finally:
+            source.graph.store.close()
+        documents = getattr(source.inner, "documents", None)
+        names = {}
+        for report in reports:
+            described = documents.get(report.parent_id) if report.failures and documents else None
+            if described:
+                names[report.parent_id] = str(described.get("fileName"))
+        return reports, names
+
+
+def _record(run: GraphSync, reports: list[ExtractionReport], names: Mapping[str, str]) -> None:
+    run.files_read = len(reports)
+    run.triples_written = sum(r.triples_written for r in reports)
+    for report in reports:
+        for failure in report.failures:
+            run.errors.append(
+                {
+                    "fileId": report.parent_id,
+                    "fileName": names.get(report.parent_id),
+                    "chunkId": failure.chunk_id,
+                    "code": failure.code,
+                    "message": failure.message,
+                }
+            )
+
+
+def _safe(exc: Exception) -> str:
+    """A failure's message without anything a model connection's headers could be in."""
+    return f"{type(exc).__name__} while extracting (see the server log)"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
