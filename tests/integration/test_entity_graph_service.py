@@ -150,6 +150,14 @@ def test_a_file_source_extracts_a_graph_that_a_retrieve_searches(tmp_path):
         hydrated = [r["sourceData"] for r in references if "row" not in r["sourceData"]]
         assert any("offices in Oslo" in d["content"] for d in hydrated), body["references"]
 
+        # a model that cannot read a file: the failure is listed by file, nothing is written
+        failing = upload(http, "gamma.md", "# Gamma\n\nGamma Works bakes bread in Lyon.\n")
+        assert failing.status_code == 201  # the file itself is stored and searchable
+        statistics = graph_statistics(http)
+        assert statistics["triplesWritten"] == 0 and statistics["filesRead"] == 1
+        assert {e["fileName"] for e in statistics["errors"]} == {"gamma.md"}
+        bodies.append(json.dumps(statistics))
+
         # an older api-version does not know graph search
         old = http.post("/knowledgebases/kb/retrieve", json=ask, params=OLD)
         assert old.status_code == 400 and "graphParameters" in old.text, old.text
