@@ -71,11 +71,11 @@ def upload(http: httpx.Client, name: str, text: str) -> httpx.Response:
     return http.post("/knowledgesources/news/files", files=files)
 
 
-def graph_statistics(http: httpx.Client) -> dict:
+def graph_statistics(http: httpx.Client, name: str = "news") -> dict:
     """The source's graphStatistics once no synchronisation is under way."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status = http.get("/knowledgesources/news/status")
+        status = http.get(f"/knowledgesources/{name}/status")
         assert status.status_code == 200, status.text
         graph = status.json()["graphStatistics"]
         if graph["endTime"] and not graph["synchronizing"]:
@@ -172,6 +172,19 @@ def test_a_file_source_extracts_a_graph_that_a_retrieve_searches(tmp_path):
         )
         assert removed.status_code == 400 and "cannot be removed" in removed.text
         bodies += [refused.text, removed.text]
+
+        # an ontology attached to a source that already holds a file reads it at once
+        plain = {"kind": "file", "fileParameters": {"ingestionParameters": {}}}
+        assert http.put("/knowledgesources/later", json=plain).status_code == 201
+        files = {
+            "metadata": (None, json.dumps({"fileName": "acme.md"}), "application/json"),
+            "content": ("acme.md", FILES["acme.md"].encode(), "application/octet-stream"),
+        }
+        assert http.post("/knowledgesources/later/files", files=files).status_code == 201
+        server.script["ExtractedTriples"].append({"triples": TRIPLES["acme.md"]})
+        attached = http.put("/knowledgesources/later", json=source(uri))
+        assert attached.status_code in (200, 204), attached.text
+        assert graph_statistics(http, "later")["triplesWritten"] == 1
         for listed in ("/knowledgesources", "/knowledgesources/news", "/knowledgebases/kb"):
             bodies.append(http.get(listed).text)
         bodies.append(http.get("/knowledgesources/news/status").text)

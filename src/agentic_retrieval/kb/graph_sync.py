@@ -21,11 +21,13 @@ serving process: with several workers, each reports the synchronisations it ran.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from agentic_retrieval.entitygraph import ExtractionLimits, ExtractionReport
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
@@ -37,6 +39,7 @@ from agentic_retrieval.sources.graph import EntityGraphSource
 from agentic_retrieval.sources.local.documents import DocumentStore
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_LISTED_ERRORS = 50
 """Most per-file failures a status lists."""
@@ -128,8 +131,9 @@ class GraphSynchronizer:
             return
         run = GraphSync(graph.ontology.name, _now())
         try:
-            reports, names = await asyncio.to_thread(
-                self._extract, definition, stored, ingestion["chatCompletionModel"]
+            reports, names = await _in_daemon_thread(
+                f"graph-sync-{name}",
+                lambda: self._extract(definition, stored, ingestion["chatCompletionModel"]),
             )
             _record(run, reports, names)
         except Exception as exc:  # a background run has no caller: its failure is its status
@@ -182,6 +186,35 @@ def _record(run: GraphSync, reports: list[ExtractionReport], names: Mapping[str,
                     "message": failure.message,
                 }
             )
+
+
+async def _in_daemon_thread(name: str, work: Callable[[], T]) -> T:
+    """``work()`` in a daemon thread: a server stopping never waits for an extraction.
+
+    A synchronisation may run for minutes (paced model calls); killed with the process, it
+    loses at most the file it was reading, whose assertions are written in one transaction
+    and whose content hash has it read again by the next synchronisation.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            result = work()
+        except BaseException as exc:  # handed to the awaiting task, which records it
+            failure = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, lambda: future.set_exception(failure))
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await future
 
 
 def _safe(exc: Exception) -> str:

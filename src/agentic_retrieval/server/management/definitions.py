@@ -72,6 +72,7 @@ class DefinitionRoutes:
         read: The body a read shows (``@odata.etag`` included).
         written: The body a create or replace answers with (default: ``read``).
         fixed: Read-only definitions served from elsewhere, by name (their read bodies).
+        stored_hook: Called (on the event loop) after a create or replace is stored.
     """
 
     kind: DefinitionKind
@@ -82,6 +83,7 @@ class DefinitionRoutes:
     read: Callable[[StoredDefinition], dict[str, Any]]
     written: Callable[[StoredDefinition], dict[str, Any]] | None = None
     fixed: Callable[[], Mapping[str, dict[str, Any]]] = field(default=dict)
+    stored_hook: Callable[[StoredDefinition], None] | None = None
 
     def stored(self, management: Management, name: str) -> StoredDefinition:
         """The stored definition called ``name``, or a 404."""
@@ -110,6 +112,8 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         stored, _ = await in_thread(
             routes.put, service, body, creating=True, limits=management.limits
         )
+        if routes.stored_hook is not None:
+            routes.stored_hook(stored)
         return definition_response(stored, written(stored), 201)
 
     async def get(name: str, request: Request) -> Response:
@@ -130,6 +134,8 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         stored, created = await in_thread(
             routes.put, service, body, name, conditions(request), limits=management.limits
         )
+        if routes.stored_hook is not None:
+            routes.stored_hook(stored)
         status = 201 if created else 200
         return definition_response(stored, written(stored), status, request=request)
 

@@ -36,6 +36,13 @@ from agentic_retrieval.sources.local.documents import DocumentStore
 
 def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
     """Register the knowledge-source routes."""
+
+    def synchronize_graph(stored: StoredDefinition) -> None:
+        # an ontology attached to a source that holds files: read them now (a no-op when
+        # the source has no graph, or its files were read already)
+        if management.graphs is not None:
+            management.graphs.schedule(stored.name)
+
     routes = DefinitionRoutes(
         "knowledgeSource",
         "/knowledgesources",
@@ -43,6 +50,7 @@ def add_knowledge_source_routes(app: FastAPI, management: Management) -> None:
         put_knowledge_source,
         delete_knowledge_source,
         _body,
+        stored_hook=synchronize_graph,
     )
 
     async def list_sources(request: Request) -> Any:
