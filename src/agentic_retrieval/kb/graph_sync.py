@@ -43,6 +43,8 @@ T = TypeVar("T")
 
 MAX_LISTED_ERRORS = 50
 """Most per-file failures a status lists."""
+MAX_REMEMBERED = 256
+"""Past this many sources remembered, those since deleted are forgotten."""
 
 
 @dataclass
@@ -89,7 +91,18 @@ class GraphSynchronizer:
         if task is not None and not task.done():
             self._again.add(name)  # the running one may have read the files before the change
             return
+        self._forget_deleted()
         self._tasks[name] = asyncio.get_running_loop().create_task(self._run(name))
+
+    def _forget_deleted(self) -> None:
+        """Drop what is kept about deleted sources, so creating and deleting never grows it."""
+        if len(self._last) + len(self._tasks) < MAX_REMEMBERED:
+            return
+        for name in {*self._last, *self._tasks}:
+            task = self._tasks.get(name)
+            if (task is None or task.done()) and self.service.get("knowledgeSource", name) is None:
+                self._last.pop(name, None)
+                self._tasks.pop(name, None)
 
     async def idle(self) -> None:
         """Wait for every synchronisation under way (shutdown and tests)."""
