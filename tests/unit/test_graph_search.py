@@ -179,3 +179,31 @@ def test_a_medium_follow_up_round_searches_the_graph_too(tmp_path):
     assert records[1]["graphSearchArguments"]["outcome"] == "EntityMatchFallback"
     followed = [r for r in response["references"] if r["activitySource"] == records[1]["id"]]
     assert any(r["sourceData"].get("row", {}).get("predicate") == "foundedBy" for r in followed)
+
+
+def test_a_chunk_found_by_search_and_hydrated_by_the_graph_is_kept_as_graph_evidence() -> None:
+    """Search ranks a multi-hop answer's chunk by its likeness to the question, and the
+    calibrated threshold may cut it; the graph reached it through a matching row, so the
+    candidate kept is the graph's (ordered, never cut by that threshold) with both queries."""
+    from agentic_retrieval.graph.records import RetrievedHit
+    from agentic_retrieval.nodes.rerank import unique_candidates
+
+    def hit(key: str, activity: str, query: str, graph: str | None) -> RetrievedHit:
+        return RetrievedHit(
+            doc_key=key,
+            content="Beta Labs has its offices in Oslo.",
+            source="news",
+            score=1.0,
+            vector_similarity=None if graph else 0.31,
+            subquery_id="q0",
+            query=query,
+            activity_key=activity,
+            graph_index=graph,
+        )
+
+    for graph_key in ("beta.md#0", "chunk-7"):  # the same key, or a twin under another key
+        searched = hit("beta.md#0", "search:q0:news", "where is it", None)
+        hydrated = hit(graph_key, "graph:q0:news", "graph question", "news-graph")
+        kept, queries = unique_candidates([searched, hydrated])
+        assert [(h.doc_key, h.graph_index) for h in kept] == [(graph_key, "news-graph")]
+        assert queries[("news", graph_key)] == {"where is it", "graph question"}

@@ -234,6 +234,10 @@ def unique_candidates(
 ) -> tuple[list[RetrievedHit], dict[tuple[str, str], set[str]]]:
     """Deduplicate hits; return candidates (best source rank first) and their queries.
 
+    A chunk found by a search and also hydrated by a graph search is kept as the graph's
+    (a ``graphSearch`` reference, ordered but not cut by a threshold calibrated on its
+    likeness to the question).
+
     Returns:
         The unique candidates and, per ``(source, doc_key)``, the query texts that found it.
     """
@@ -251,6 +255,10 @@ def unique_candidates(
             rank[key] = position
         else:
             rank[key] = min(rank[key], position)
+            if hit.graph_index is not None and first[key].graph_index is None:
+                # the graph reached it: graph evidence, not a search hit to judge by its
+                # likeness to the question (which a multi-hop answer's chunk need not have)
+                first[key] = hit
     ordered = sorted(first.values(), key=lambda h: (rank[(h.source, h.doc_key)], -h.score))
     kept: list[RetrievedHit] = []
     index = _TwinIndex()
@@ -258,7 +266,11 @@ def unique_candidates(
         twin = index.find(hit.content)
         if twin is not None:
             original = kept[twin]
-            queries[(original.source, original.doc_key)] |= queries[(hit.source, hit.doc_key)]
+            if hit.graph_index is not None and original.graph_index is None:
+                kept[twin] = hit  # the graph's, as above
+                queries[(hit.source, hit.doc_key)] |= queries[(original.source, original.doc_key)]
+            else:
+                queries[(original.source, original.doc_key)] |= queries[(hit.source, hit.doc_key)]
             continue
         index.add(hit.content, len(kept))
         kept.append(hit)
