@@ -54,7 +54,9 @@ def test_lexical_store_is_on_par_with_a_reference_bm25(tmp_path):
     assert report.notes == [
         "2 corpus documents could not be indexed and can never be retrieved: corpus.jsonl:471 "
         "(record '471' has no text (text or content)), corpus.jsonl:995 (record '995' has no "
-        "text (text or content))"
+        "text (text or content))",
+        "retrieval: lexical (BM25 only; without --no-embeddings a corpus is evaluated hybrid, "
+        "with vectors of the bundled model)",
     ]
     reference = ir_metrics(
         {q.id: dict(q.relevant) for q in report.questions}, bm25_runs(report.questions)

@@ -269,7 +269,20 @@ def _log_ingestion_progress() -> None:
 
 
 class _ProgressHandler(logging.StreamHandler[TextIO]):
-    """The server's handler of ingestion progress lines (added once per process)."""
+    """The server's handler of ingestion progress lines (added once per process).
+
+    Writes to whatever ``sys.stderr`` is when a line is logged, not the stream of the moment
+    it was added: a process that replaces its stderr later (a test's capture, a daemon's
+    redirection) would otherwise get "Logging error" tracebacks instead of progress.
+    """
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass  # StreamHandler.__init__ sets it; stderr is looked up at each line instead
 
 
 def _served_names(kb: list[Path], data: Path | None) -> list[str]:
