@@ -87,7 +87,9 @@ def create_file_source(http: httpx.Client) -> None:
 
 @pytest.fixture
 def service(tmp_path):
-    with serve_process(tmp_path / "data") as (url, process):
+    # lexical: these tests bound conversion; embedding a dense sheet's thousands of chunks
+    # would make each upload's time the model's (5-17 chunks a second on this VM)
+    with serve_process(tmp_path / "data", extra=("--no-embeddings",)) as (url, process):
         with httpx.Client(
             base_url=url, headers={"api-key": KEY}, params=VERSION, timeout=120
         ) as http:
