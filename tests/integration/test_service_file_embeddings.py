@@ -124,3 +124,57 @@ def test_the_environment_variable_opts_out_as_the_flag_does(tmp_path, monkeypatc
     monkeypatch.delenv("AGENTIC_RETRIEVAL_NO_EMBEDDINGS")
     with serve_process(tmp_path / "other") as (url, process):
         assert runs_the_model(process.pid)  # loaded before the server reports ready
+
+
+def upload(
+    http: httpx.Client, source: str, name: str, text: str, file_id: str = ""
+) -> httpx.Response:
+    parts = {
+        "metadata": (None, json.dumps({"fileName": name}), "application/json"),
+        "content": (name, text.encode(), "application/octet-stream"),
+    }
+    if file_id:
+        return http.put(f"/knowledgesources/{source}/files/{file_id}", files=parts)
+    return http.post(f"/knowledgesources/{source}/files", files=parts)
+
+
+def test_a_hybrid_source_refuses_files_from_a_server_without_its_model(tmp_path):
+    data = tmp_path / "data"
+    with serve_process(data) as (url, _):
+        http = client(url)
+        assert http.put("/knowledgesources/rules", json={"kind": "file"}).status_code == 201
+        created = upload(http, "rules", "rules.md", FILES["rules.md"])
+        assert created.status_code == 201
+        file_id = created.json()["fileId"]
+        knowledge_base(http, "kb", "rules")
+        before = http.get("/knowledgesources/rules/files").json()["value"]
+    with serve_process(data, extra=("--no-embeddings",)) as (url, _):
+        http = client(url)
+        writes = [
+            upload(http, "rules", "hours.md", FILES["hours.md"]),  # a new file
+            upload(http, "rules", "rules.md", "# House rules\n\nCats only.", file_id),  # update
+            upload(http, "rules", "rules.md", FILES["rules.md"], file_id),  # re-ingest
+        ]
+        for refused in writes:
+            assert refused.status_code == 409, refused.text
+            message = refused.json()["error"]["message"]
+            assert "'rules'" in message and "'local'" in message
+            assert "restart the server without --no-embeddings" in message
+        assert http.get("/knowledgesources/rules/files").json()["value"] == before
+        assert retrieve(http, "kb", "Are dogs allowed?")[0] == ["rules.md"]  # by its words
+        assert retrieve(http, "kb", "What time does the office open?")[0] == []
+        current = status(http, "rules")
+        assert current["retrievalMode"] == "lexical"
+        assert "refused" in current["retrievalNote"]
+        file_source(http, "fresh", {"hours.md": FILES["hours.md"]})  # a new source: lexical
+        knowledge_base(http, "fresh-kb", "fresh")
+        assert status(http, "fresh")["retrievalMode"] == "lexical"
+        assert retrieve(http, "fresh-kb", "When does the office open?")[0] == ["hours.md"]
+    with serve_process(data) as (url, _):
+        http = client(url)
+        current = status(http, "rules")
+        assert (current["retrievalMode"], current["embeddingModel"]) == ("hybrid", "local")
+        assert http.get("/knowledgesources/rules/files").json()["value"] == before
+        assert retrieve(http, "kb", PARAPHRASE)[0] == ["rules.md"]  # its vectors, intact
+        assert upload(http, "rules", "hours.md", FILES["hours.md"]).status_code == 201
+        assert retrieve(http, "kb", "What time does the office open?")[0] == ["hours.md"]

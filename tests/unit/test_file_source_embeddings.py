@@ -12,6 +12,7 @@ import logging
 import pytest
 
 from agentic_retrieval.cli.commands import serve as serve_command
+from agentic_retrieval.errors import ResourceConflictError
 from agentic_retrieval.kb import files as files_module
 from agentic_retrieval.kb.files import EmbeddingProgress, FileUpload, SourceFiles
 from agentic_retrieval.sources.local.documents import EMBED_BATCH, DocumentStore
@@ -71,6 +72,35 @@ def test_a_store_of_chunks_without_vectors_stays_lexical_and_says_why(store):
     )
     assert model.calls == [] and store.dimension() is None  # no half-embedded store
     assert documents.query_vector("upgrade") is None
+
+
+class Named(Recording):
+    """A recording model reporting a name, as a store records it beside its vectors."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+
+def test_a_store_holding_vectors_refuses_writes_it_could_not_embed(store):
+    hybrid = SourceFiles(
+        DocumentStore(store, embeddings=Named("model-a")), max_file_bytes=10_000, max_files=10
+    )
+    file_id = hybrid.upload(FileUpload("a.md", b"# A\n\nembedded", {})).file["fileId"]
+    chunks = store.count_chunks()
+    lexical = SourceFiles(DocumentStore(store), max_file_bytes=10_000, max_files=10, name="s")
+    with pytest.raises(ResourceConflictError, match=r"'s'.*'model-a'.*without --no-embeddings"):
+        lexical.upload(FileUpload("b.md", b"# B\n\nwould get no vectors", {}))
+    with pytest.raises(ResourceConflictError, match="--no-embeddings"):
+        lexical.update(file_id, FileUpload("a.md", b"# A\n\nchanged", {}))
+    other = Named("model-b")
+    mismatched = SourceFiles(
+        DocumentStore(store, embeddings=other), max_file_bytes=10_000, max_files=10, name="s"
+    )
+    with pytest.raises(ResourceConflictError, match="'model-a', not this service's 'model-b'"):
+        mismatched.upload(FileUpload("b.md", b"# B\n\nwould get no vectors", {}))
+    assert other.calls == [] and store.count_chunks() == chunks  # nothing written
+    assert [f["fileName"] for f in hybrid.all()] == ["a.md"]
 
 
 @pytest.fixture

@@ -93,6 +93,7 @@ class SourceFiles:
         max_files: Most files the source holds.
         permission_options: The source's ``ingestionPermissionOptions`` (``userIds``,
             ``groupIds``): the permission ids every upload must carry.
+        name: The source's name (in errors).
     """
 
     def __init__(
@@ -102,8 +103,10 @@ class SourceFiles:
         max_file_bytes: int,
         max_files: int,
         permission_options: frozenset[str] = frozenset(),
+        name: str = "",
     ) -> None:
         self.documents = documents
+        self.name = name
         self.max_file_bytes = max_file_bytes
         self.max_files = max_files
         self.permission_options = permission_options
@@ -205,9 +208,19 @@ class SourceFiles:
     def check(self, upload: FileUpload) -> None:
         """Refuse a bad name, metadata, size, type or permission ids before converting.
 
+        Also refuses any write (new file, update, identical re-upload) to a source whose
+        vectors this server cannot make (:meth:`DocumentStore.write_refusal`).
+
         Raises:
             InvalidRequestError, TooLargeError, UnsupportedFileError: What is wrong.
+            ResourceConflictError: The source holds vectors this server cannot make.
         """
+        refusal = self.documents.write_refusal()
+        if refusal is not None:
+            raise ResourceConflictError(
+                f"The knowledge source {self.name!r} takes no files from this server: "
+                f"{refusal}. Nothing was written."
+            )
         name = upload.file_name
         parts = PurePosixPath(name).parts
         if not name or len(name) > MAX_FILE_NAME or name.startswith("/") or ".." in parts:

@@ -245,6 +245,7 @@ def _files(management: Management, name: str) -> SourceFiles:
         max_file_bytes=management.max_file_bytes,
         max_files=management.max_files,
         permission_options=options or frozenset(),
+        name=name,
     )
 
 

@@ -15,7 +15,9 @@ itself records the model beside its vectors (``vectors_made_with``), so which wa
 ranks is read from it, never remembered elsewhere (:meth:`DocumentStore.retrieval_mode`): a
 store holding vectors keeps embedding with the model it records; an empty one follows the
 server; one holding chunks without vectors (written before file sources embedded, or by a
-server run with ``--no-embeddings``) stays lexical, as ``index`` leaves a lexical source.
+server run with ``--no-embeddings``) stays lexical, as ``index`` leaves a lexical source. A
+store holding vectors takes no units from a server that cannot embed them with its model
+(:meth:`DocumentStore.write_refusal`): they would be found by their words only, silently.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any, Literal
 
 from langchain_core.embeddings import Embeddings
 
-from agentic_retrieval.embeddings import vectors_made_with
+from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR, vectors_made_with
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP, chunks_of
@@ -124,7 +126,7 @@ class DocumentStore:
                     "lexical",
                     model,
                     "lexical only while this server runs with --no-embeddings: its vectors "
-                    "are kept, files uploaded meanwhile get none",
+                    "are kept, and files uploaded meanwhile are refused (they would get none)",
                 )
             if model is not None and ours is not None and model != ours:
                 note = f"its vectors were made with {model!r}, not this service's {ours!r}"
@@ -142,6 +144,31 @@ class DocumentStore:
             "lexical only: its files were stored without vectors (before file sources "
             "embedded them, or by a server run with --no-embeddings); to rank them by meaning, "
             "upload them to a new file knowledge source",
+        )
+
+    def write_refusal(self) -> str | None:
+        """Why this server must not write units to the store, else ``None``.
+
+        A store holding vectors this server cannot match (it runs with ``--no-embeddings``,
+        or with another model) would take units without vectors, found by their words only
+        while the store still says it ranks hybrid: such writes are refused instead.
+        """
+        if self.store.dimension() is None:
+            return None
+        state = self.retrieval_mode()
+        if state.mode == "hybrid":
+            return None
+        if self.embeddings is None:
+            return (
+                f"it ranks by meaning with vectors of the model {state.model!r}, and this "
+                "server runs with --no-embeddings (no model loaded), so a file written now "
+                "would get no vectors; restart the server without --no-embeddings (and "
+                f"without ${NO_EMBEDDINGS_ENV_VAR}) to write to it"
+            )
+        return (
+            f"its vectors were made with the model {state.model!r}, not this service's "
+            f"{_model_name(self.embeddings)!r}, so a file written now would get no vectors; "
+            f"restart the server with {state.model!r}, or upload to a new source"
         )
 
     def prepare(
