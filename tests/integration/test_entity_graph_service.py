@@ -11,6 +11,7 @@ chunks. Bad definitions are 400s naming the problem; header values never come ba
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import httpx
@@ -225,3 +226,59 @@ def test_bad_graph_definitions_are_400s_naming_the_problem(tmp_path, body, param
     assert answer.status_code == 400, answer.text
     assert message in answer.json()["error"]["message"]
     assert SECRET not in answer.text
+
+
+def fresh(url: str) -> httpx.Client:
+    """A client whose every request opens a new connection (so either worker may answer)."""
+    return httpx.Client(
+        base_url=url,
+        headers={"api-key": KEY, "Connection": "close"},
+        params=NEW,
+        timeout=60,
+        limits=httpx.Limits(max_keepalive_connections=0),
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_graph_statistics_are_the_same_from_every_worker_and_survive_a_restart(tmp_path):
+    data = tmp_path / "data"
+    with OpenAIStandIn({"ExtractedTriples": [{"triples": TRIPLES["acme.md"]}]}) as server:
+        uri = f"{server.base_url}/chat/completions"
+        gate = threading.Event()
+        answer = server._answer
+
+        def held(body: dict) -> tuple[int, dict]:  # the model answers once the test lets it
+            gate.wait(60)
+            return answer(body)
+
+        server._answer = held  # type: ignore[method-assign]
+        with serve_process(data, workers=2) as (url, _), fresh(url) as http:
+            assert http.put("/knowledgesources/news", json=source(uri)).status_code == 201
+            assert upload(http, "acme.md", FILES["acme.md"]).status_code == 201
+            while not server.headers:  # the extraction is waiting for its model
+                time.sleep(0.05)
+            seen = [
+                http.get("/knowledgesources/news/status").json()["graphStatistics"]
+                for _ in range(12)
+            ]
+            assert {g["synchronizing"] for g in seen} == {True}  # whichever worker answers
+            gate.set()
+            assert graph_statistics(http)["triplesWritten"] == 1
+
+            # a model that cannot read a file: its error is the last synchronisation's
+            failing = upload(http, "gamma.md", "# Gamma\n\nGamma Works bakes bread.\n")
+            assert failing.status_code == 201, failing.text
+            last = graph_statistics(http)
+            assert last["filesRead"] == 1 and last["endTime"]
+            assert [e["fileName"] for e in last["errors"]] == ["gamma.md"]
+            seen = [
+                http.get("/knowledgesources/news/status").json()["graphStatistics"]
+                for _ in range(12)
+            ]
+            assert [g for g in seen if g != last] == []
+
+        with serve_process(data) as (url, _), fresh(url) as http:  # the same data, restarted
+            status = http.get("/knowledgesources/news/status")
+            assert status.status_code == 200, status.text
+            assert status.json()["graphStatistics"] == last

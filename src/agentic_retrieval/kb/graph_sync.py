@@ -14,8 +14,12 @@ read keeps its earlier assertions and is listed in the status's ``graphStatistic
 the graph never holds half a file.
 
 The status shows the last finished synchronisation's ``graphStatistics`` (``ontologyName``,
-``triplesWritten`` in that synchronisation, not the graph's size). The record is kept in the
-serving process: with several workers, each reports the synchronisations it ran.
+``triplesWritten`` in that synchronisation, not the graph's size), recorded in the service's
+database (:meth:`~agentic_retrieval.kb.service.ServiceDirectory.record_status`, one
+transaction): every worker of ``serve --workers N`` shows the same, and a restart keeps it.
+A synchronisation holds ``graph-sync/<store>.lock`` in the data directory while it runs, so
+``synchronizing`` is true while any process runs one (released by the system if it dies),
+and two workers never extract the same source at once: the second waits for the first.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
+
+from filelock import FileLock, Timeout
 
 from agentic_retrieval.entitygraph import ExtractionLimits, ExtractionReport
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
@@ -45,6 +52,8 @@ MAX_LISTED_ERRORS = 50
 """Most per-file failures a status lists."""
 MAX_REMEMBERED = 256
 """Past this many sources remembered, those since deleted are forgotten."""
+STATUS_KEY = "graphStatistics"
+LOCKS_DIR = "graph-sync"
 
 
 @dataclass
@@ -83,7 +92,6 @@ class GraphSynchronizer:
         self.limits = limits or ExtractionLimits()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
-        self._last: dict[str, GraphSync] = {}
 
     def schedule(self, name: str) -> None:
         """Synchronise ``name``'s graph soon (call from the event loop; no graph: nothing)."""
@@ -96,12 +104,10 @@ class GraphSynchronizer:
 
     def _forget_deleted(self) -> None:
         """Drop what is kept about deleted sources, so creating and deleting never grows it."""
-        if len(self._last) + len(self._tasks) < MAX_REMEMBERED:
+        if len(self._tasks) < MAX_REMEMBERED:
             return
-        for name in {*self._last, *self._tasks}:
-            task = self._tasks.get(name)
-            if (task is None or task.done()) and self.service.get("knowledgeSource", name) is None:
-                self._last.pop(name, None)
+        for name, task in list(self._tasks.items()):
+            if task.done() and self.service.get("knowledgeSource", name) is None:
                 self._tasks.pop(name, None)
 
     async def idle(self) -> None:
@@ -109,19 +115,28 @@ class GraphSynchronizer:
         while pending := [t for t in self._tasks.values() if not t.done()]:
             await asyncio.gather(*pending, return_exceptions=True)
 
-    def statistics(self, name: str, definition: KnowledgeSourceDefinition) -> dict[str, Any] | None:
-        """The source's ``graphStatistics`` (``None``: it has no graph)."""
+    def statistics(
+        self, stored: StoredDefinition, definition: KnowledgeSourceDefinition
+    ) -> dict[str, Any] | None:
+        """The source's ``graphStatistics``, as any process recorded them (``None``: no graph)."""
         ingestion = (
             definition.file_parameters.ingestion_parameters if definition.file_parameters else None
         )
         graph = graph_extraction(ingestion)
-        if graph is None:
+        if graph is None or stored.store is None:
             return None
-        last = self._last.get(name)
-        body = last.to_wire() if last else GraphSync(graph.ontology.name, "").to_wire()
-        task = self._tasks.get(name)  # set before the upload's response: never a stale "done"
-        body["synchronizing"] = task is not None and not task.done()
+        last = self.service.status(stored.store, STATUS_KEY)
+        body = last or GraphSync(graph.ontology.name, "").to_wire()
+        task = self._tasks.get(stored.name)  # set before the upload's response: never stale
+        running_here = task is not None and not task.done()
+        body["synchronizing"] = running_here or _held(self._lock(stored.store))
         return body
+
+    def _lock(self, store: str) -> FileLock:
+        """Held by the process synchronising ``store``'s graph (any worker)."""
+        directory = self.service.path / LOCKS_DIR
+        directory.mkdir(exist_ok=True)
+        return FileLock(directory / f"{Path(store).name}.lock", thread_local=False)
 
     async def _run(self, name: str) -> None:
         while True:
@@ -133,7 +148,6 @@ class GraphSynchronizer:
     async def _sync(self, name: str) -> None:
         stored = self.service.get("knowledgeSource", name)
         if stored is None or stored.store is None:
-            self._last.pop(name, None)
             return
         definition = KnowledgeSourceDefinition.model_validate(stored.body)
         ingestion = (
@@ -146,7 +160,7 @@ class GraphSynchronizer:
         try:
             reports, names = await _in_daemon_thread(
                 f"graph-sync-{name}",
-                lambda: self._extract(definition, stored, ingestion["chatCompletionModel"]),
+                lambda: self._extract_alone(definition, stored, ingestion["chatCompletionModel"]),
             )
             _record(run, reports, names)
         except Exception as exc:  # a background run has no caller: its failure is its status
@@ -156,7 +170,21 @@ class GraphSynchronizer:
             run.errors.append({"code": "GraphExtractionFailed", "message": _safe(exc)})
         finally:
             run.end_time = _now()
-        self._last[name] = run
+        store = stored.store
+        try:  # for every worker and the next start (none if the source was deleted meanwhile)
+            await asyncio.to_thread(self.service.record_status, store, STATUS_KEY, run.to_wire())
+        except Exception as exc:
+            logger.warning("knowledge source %s: graph statistics not recorded: %r", name, exc)
+
+    def _extract_alone(
+        self,
+        definition: KnowledgeSourceDefinition,
+        stored: StoredDefinition,
+        entry: Mapping[str, Any],
+    ) -> tuple[list[ExtractionReport], dict[str, str]]:
+        """:meth:`_extract` while holding the source's lock (another worker's run waits)."""
+        with self._lock(str(stored.store)):
+            return self._extract(definition, stored, entry)
 
     def _extract(
         self,
@@ -183,6 +211,16 @@ class GraphSynchronizer:
             if described:
                 names[report.parent_id] = str(described.get("fileName"))
         return reports, names
+
+
+def _held(lock: FileLock) -> bool:
+    """Whether some process (this one included, through another handle) holds ``lock``."""
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
 
 
 def _record(run: GraphSync, reports: list[ExtractionReport], names: Mapping[str, str]) -> None:

@@ -4,10 +4,12 @@ Layout::
 
     DIR/
       service.sqlite            # definitions (indexes, knowledge sources, knowledge bases)
-                                # with their ETags, a generation counter, ingestion history
+                                # with their ETags, a generation counter, ingestion history,
+                                # the last graph synchronisation of each source
       stores/<kind>-<name>-<token>.sqlite
                                 # one embedded store per index and per file knowledge source
       runs/<run id>.lock        # held by the process running that ingestion run
+      graph-sync/<store>.lock   # held by the process synchronising that source's graph
 
 Every definition change is one SQLite transaction (``BEGIN IMMEDIATE``): several processes
 (``serve --workers N``) share the directory, one writer at a time, and a reader sees a
@@ -89,6 +91,12 @@ CREATE TABLE IF NOT EXISTS ingestion_runs (
     run TEXT PRIMARY KEY,
     store TEXT NOT NULL,
     state TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS store_status (
+    store TEXT NOT NULL,
+    key TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (store, key)
 );
 """
 
@@ -315,6 +323,7 @@ class ServiceDirectory:
             conn.execute("DELETE FROM definitions WHERE kind = ? AND name = ?", (kind, name))
             if current is not None and current.store is not None:
                 conn.execute("DELETE FROM ingestion WHERE store = ?", (current.store,))
+                conn.execute("DELETE FROM store_status WHERE store = ?", (current.store,))
             _bump_generation(conn)
         if current is not None and current.store is not None:
             # closed once the searches and writes under way on it finish (see LocalStore.lease)
@@ -381,6 +390,26 @@ class ServiceDirectory:
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
+
+    # --- other status of a store (the last graph synchronisation) ---------------------------
+
+    def record_status(self, store: str, key: str, body: dict[str, Any]) -> None:
+        """Keep ``body`` as ``store``'s ``key`` status, for every process (none once deleted)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO store_status(store, key, body) SELECT ?, ?, ? WHERE EXISTS "
+                "(SELECT 1 FROM definitions WHERE store = ?) "
+                "ON CONFLICT(store, key) DO UPDATE SET body = excluded.body",
+                (store, key, json.dumps(body), store),
+            )
+
+    def status(self, store: str, key: str) -> dict[str, Any] | None:
+        """``store``'s ``key`` status as any process last recorded it."""
+        row = self._connection().execute(
+            "SELECT body FROM store_status WHERE store = ? AND key = ?", (store, key)
+        )
+        found = row.fetchone()
+        return dict(json.loads(found[0])) if found else None
 
     # --- ingestion history ------------------------------------------------------------------
 
@@ -667,3 +696,4 @@ def _unlink_store(path: Path) -> None:
         except FileNotFoundError:
             pass
     shutil.rmtree(lexical_directory(path), ignore_errors=True)
+    (path.parent.parent / "graph-sync" / f"{path.name}.lock").unlink(missing_ok=True)

@@ -106,7 +106,7 @@ def _status(management: Management, stored: StoredDefinition) -> dict[str, Any]:
             "remainingFileCount": max(management.max_files - count, 0),
             "maxFileSizeBytes": management.max_file_bytes,
         }
-    graph = management.graphs.statistics(stored.name, definition) if management.graphs else None
+    graph = management.graphs.statistics(stored, definition) if management.graphs else None
     if graph is not None:
         body["graphStatistics"] = graph
     return body
