@@ -15,7 +15,6 @@ from langchain_core.embeddings import Embeddings
 from agentic_retrieval.embeddings import vectors_made_with
 from agentic_retrieval.errors import (
     ErrorCode,
-    FilterNotSupportedError,
     PermissionsNotEnforceableError,
     SourceError,
     StoreError,
@@ -23,48 +22,23 @@ from agentic_retrieval.errors import (
 )
 from agentic_retrieval.odata import (
     Expr,
-    FieldKind,
-    FieldSchema,
-    ODataError,
-    parse_filter,
 )
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
-from agentic_retrieval.sources.base import Hit, SearchQuery, url_from_metadata
+from agentic_retrieval.sources.base import Hit, SearchQuery
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
-from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
+from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback
 from agentic_retrieval.sources.local.query_threads import run_query
 from agentic_retrieval.sources.local.record_ingest import (
     RecordInput,
-    delete_records,
-    index_records,
-    index_records_file,
 )
 from agentic_retrieval.sources.local.records import RecordFields
-from agentic_retrieval.sources.local.store import LocalStore, StoredHit
+from agentic_retrieval.sources.local.store import LocalStore
+from agentic_retrieval.sources.local.store_source import StoreBackedSource
 
 logger = logging.getLogger(__name__)
 
-STORE_FIELDS: dict[str, frozenset[FieldKind]] = {
-    "source_path": frozenset({"string"}),
-    "file_name": frozenset({"string"}),
-    "title": frozenset({"string"}),
-    "chunk": frozenset({"number"}),
-    "page": frozenset({"number", "null"}),
-}
-"""The fields ingestion sets on every chunk (``page`` on paged documents only)."""
-_KINDS: dict[str, FieldKind] = {
-    "integer": "number",
-    "real": "number",
-    "text": "string",
-    "true": "boolean",
-    "false": "boolean",
-    "null": "null",
-    "array": "collection",
-    "object": "object",
-}
 
-
-class LocalKnowledgeSource:
+class LocalKnowledgeSource(StoreBackedSource):
     """Search one SQLite index: BM25, or BM25 + vectors fused with RRF when given embeddings.
 
     Safe to search from many tasks, threads and event loops at once: every search runs its
@@ -91,6 +65,7 @@ class LocalKnowledgeSource:
     """
 
     kind = "local"
+    store: LocalStore
 
     def __init__(
         self,
@@ -142,27 +117,6 @@ class LocalKnowledgeSource:
         """The SQLite file."""
         return self.store.path
 
-    def filter_schema(self) -> FieldSchema:
-        """Each filterable field with the kinds of value the indexed chunks hold in it.
-
-        Callers check their filters against it before searching
-        (:func:`agentic_retrieval.odata.check_fields`); ``search`` does not, as a field this
-        source lacks may belong to another source searched with the same filter.
-        """
-        schema: dict[str, frozenset[FieldKind]] = dict(STORE_FIELDS)
-        for name, types in self.store.metadata_kinds().items():
-            schema[name] = frozenset(_KINDS[t] for t in types if t in _KINDS) | schema.get(
-                name, frozenset()
-            )
-        return schema
-
-    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
-        """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
-        return url_from_metadata(hit.metadata)
-
-    trims_by_permission = True
-    """Searches apply document permissions inside the store's SQL (before ranking and top)."""
-
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return at most ``query.top`` hits for ``query`` that its identity may see.
 
@@ -186,11 +140,7 @@ class LocalKnowledgeSource:
             cancel.set()  # the worker thread's SQLite statement stops too, not only the wait
             raise
         except PermissionsNotEnforceableError:
-            raise PermissionsNotEnforceableError(
-                f"knowledge source '{self.name}' holds no permission metadata (it was indexed "
-                "without permissions), so it cannot be searched while permissions are "
-                "enforced; index it again with permissions"
-            ) from None
+            raise self._not_enforceable() from None
         except StoreUnavailableError as exc:
             raise SourceError(
                 ErrorCode.KNOWLEDGE_SOURCE_UNAVAILABLE,
@@ -227,32 +177,6 @@ class LocalKnowledgeSource:
             access=access,
         )
         return [self._to_hit(hit) for hit in stored]
-
-    def index(
-        self,
-        paths: Iterable[str | Path],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        progress: ProgressCallback | None = None,
-        permissions: Permissions | None = None,
-    ) -> IndexReport:
-        """Index files and folders into this source (see :func:`index_paths`).
-
-        ``permissions`` says who may see these files (a ``NAME.permissions.json`` sidecar
-        overrides it per file); ``None`` keeps each file's earlier permissions.
-        """
-        return self._refreshed(
-            index_paths(
-                self.store,
-                paths,
-                metadata=metadata,
-                embeddings=self.embeddings,
-                progress=progress,
-                chunk_size=self.chunk_size,
-                overlap=self.overlap,
-                permissions=permissions,
-            )
-        )
 
     def add_documents(
         self,
@@ -297,67 +221,4 @@ class LocalKnowledgeSource:
             user_ids_field=user_ids_field,
             group_ids_field=group_ids_field,
         )
-        return self._refreshed(
-            index_records(
-                self.store,
-                documents,
-                fields=fields,
-                metadata=metadata,
-                embeddings=self.embeddings,
-                progress=progress,
-                chunk_size=self.chunk_size,
-                overlap=self.overlap,
-                permissions=permissions,
-            )
-        )
-
-    def index_records(
-        self,
-        path: str | Path,
-        *,
-        fields: RecordFields | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        progress: ProgressCallback | None = None,
-        permissions: Permissions | None = None,
-    ) -> IndexReport:
-        """Index a JSONL / JSON / CSV / TSV records file (see :func:`index_records_file`)."""
-        return self._refreshed(
-            index_records_file(
-                self.store,
-                path,
-                fields=fields,
-                metadata=metadata,
-                embeddings=self.embeddings,
-                progress=progress,
-                chunk_size=self.chunk_size,
-                overlap=self.overlap,
-                permissions=permissions,
-            )
-        )
-
-    def delete_documents(self, ids: Iterable[str]) -> IndexReport:
-        """Remove documents added with :meth:`add_documents` (or from a records file) by id."""
-        return delete_records(self.store, ids)
-
-    def close(self) -> None:
-        """Close the store's connections."""
-        self.store.close()
-
-    def _parse_filter(self, text: str | None) -> Expr | None:
-        if text is None or not text.strip():
-            return None
-        try:
-            return parse_filter(text)
-        except ODataError as exc:
-            raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
-
-    def _to_hit(self, hit: StoredHit) -> Hit:
-        return Hit(
-            doc_key=hit.id,
-            content=hit.content,
-            title=hit.title or None,
-            source=self.name,
-            score=hit.score,
-            vector_similarity=hit.similarity,
-            metadata=hit.metadata,
-        )
+        return self._add_records(documents, fields, metadata, progress, permissions)

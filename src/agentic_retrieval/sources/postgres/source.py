@@ -11,39 +11,34 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
 from agentic_retrieval.embeddings import vectors_made_with
 from agentic_retrieval.errors import (
-    FilterNotSupportedError,
+    ErrorCode,
     PermissionsNotEnforceableError,
     SourceError,
     StoreUnavailableError,
 )
-from agentic_retrieval.odata import Expr, FieldKind, FieldSchema, ODataError, parse_filter
+from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, Access, Permissions
-from agentic_retrieval.sources.base import Hit, SearchQuery, url_from_metadata
+from agentic_retrieval.sources.base import Hit, SearchQuery
 from agentic_retrieval.sources.local.chunking import DEFAULT_CHUNK_SIZE, DEFAULT_OVERLAP
-from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback, index_paths
+from agentic_retrieval.sources.local.ingest import IndexReport, ProgressCallback
 from agentic_retrieval.sources.local.record_ingest import (
     RecordInput,
-    delete_records,
-    index_records,
-    index_records_file,
 )
 from agentic_retrieval.sources.local.records import RecordFields
-from agentic_retrieval.sources.local.source import _KINDS, STORE_FIELDS
-from agentic_retrieval.sources.local.store import StoredHit
+from agentic_retrieval.sources.local.store_source import StoreBackedSource
 from agentic_retrieval.sources.postgres.connections import Database
 from agentic_retrieval.sources.postgres.store import PostgresStore
 
 logger = logging.getLogger(__name__)
 
 
-class PostgresKnowledgeSource:
+class PostgresKnowledgeSource(StoreBackedSource):
     """Search one store of a PostgreSQL database: BM25, or BM25 + vectors fused with RRF.
 
     Args:
@@ -65,8 +60,7 @@ class PostgresKnowledgeSource:
     """
 
     kind = "postgres"
-    trims_by_permission = True
-    """Searches apply document permissions inside the SQL (before ranking and top)."""
+    store: PostgresStore
 
     def __init__(
         self,
@@ -88,19 +82,6 @@ class PostgresKnowledgeSource:
         self.store = PostgresStore(database, store or name, create=create)
         self.store.vectors_made_with = vectors_made_with(embeddings) if embeddings else None
 
-    def filter_schema(self) -> FieldSchema:
-        """Each filterable field with the kinds of value the indexed chunks hold in it."""
-        schema: dict[str, frozenset[FieldKind]] = dict(STORE_FIELDS)
-        for name, types in self.store.metadata_kinds().items():
-            schema[name] = frozenset(_KINDS[t] for t in types if t in _KINDS) | schema.get(
-                name, frozenset()
-            )
-        return schema
-
-    def citation_url(self, hit: Hit, *, endpoint: str | None, api_version: str) -> str | None:
-        """The hit's file (``file://`` URI, PDF page anchored) or web URL, if it has one."""
-        return url_from_metadata(hit.metadata)
-
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return at most ``query.top`` hits for ``query`` that its identity may see.
 
@@ -115,15 +96,11 @@ class PostgresKnowledgeSource:
                 self.search_sync, query.text, query.top, filter_expr, query.access
             )
         except PermissionsNotEnforceableError:
-            raise PermissionsNotEnforceableError(
-                f"knowledge source '{self.name}' holds no permission metadata (it was indexed "
-                "without permissions), so it cannot be searched while permissions are "
-                "enforced; index it again with permissions"
-            ) from None
+            raise self._not_enforceable() from None
         except StoreUnavailableError as exc:
             logger.warning("postgres source %r: %s", self.name, exc)
             raise SourceError(
-                "KnowledgeSourceUnavailable",
+                ErrorCode.KNOWLEDGE_SOURCE_UNAVAILABLE,
                 f"knowledge source '{self.name}' is unavailable: {exc.reason}",
             ) from None
 
@@ -141,26 +118,6 @@ class PostgresKnowledgeSource:
         )
         return [self._to_hit(hit) for hit in stored]
 
-    def index(
-        self,
-        paths: Iterable[str | Path],
-        *,
-        metadata: Mapping[str, Any] | None = None,
-        progress: ProgressCallback | None = None,
-        permissions: Permissions | None = None,
-    ) -> IndexReport:
-        """Index files and folders (see :func:`~agentic_retrieval.sources.local.index_paths`)."""
-        return index_paths(
-            self.store,
-            paths,
-            metadata=metadata,
-            embeddings=self.embeddings,
-            progress=progress,
-            chunk_size=self.chunk_size,
-            overlap=self.overlap,
-            permissions=permissions,
-        )
-
     def add_documents(
         self,
         documents: Iterable[RecordInput],
@@ -171,63 +128,4 @@ class PostgresKnowledgeSource:
         permissions: Permissions | None = None,
     ) -> IndexReport:
         """Add or update documents given as dicts or LangChain ``Document``s (incremental)."""
-        return index_records(
-            self.store,
-            documents,
-            fields=fields,
-            metadata=metadata,
-            embeddings=self.embeddings,
-            progress=progress,
-            chunk_size=self.chunk_size,
-            overlap=self.overlap,
-            permissions=permissions,
-        )
-
-    def index_records(
-        self,
-        path: str | Path,
-        *,
-        fields: RecordFields | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        progress: ProgressCallback | None = None,
-        permissions: Permissions | None = None,
-    ) -> IndexReport:
-        """Index a JSONL / JSON / CSV / TSV records file."""
-        return index_records_file(
-            self.store,
-            path,
-            fields=fields,
-            metadata=metadata,
-            embeddings=self.embeddings,
-            progress=progress,
-            chunk_size=self.chunk_size,
-            overlap=self.overlap,
-            permissions=permissions,
-        )
-
-    def delete_documents(self, ids: Iterable[str]) -> IndexReport:
-        """Remove documents added with :meth:`add_documents` by id."""
-        return delete_records(self.store, ids)
-
-    def close(self) -> None:
-        """Close the connections this source opened (a database given by URL)."""
-        self.store.close()
-
-    def _parse_filter(self, text: str | None) -> Expr | None:
-        if text is None or not text.strip():
-            return None
-        try:
-            return parse_filter(text)
-        except ODataError as exc:
-            raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
-
-    def _to_hit(self, hit: StoredHit) -> Hit:
-        return Hit(
-            doc_key=hit.id,
-            content=hit.content,
-            title=hit.title or None,
-            source=self.name,
-            score=hit.score,
-            vector_similarity=hit.similarity,
-            metadata=hit.metadata,
-        )
+        return self._add_records(documents, fields, metadata, progress, permissions)
