@@ -17,18 +17,10 @@ from typing import Any
 from agentic_retrieval.errors import ODataError
 from agentic_retrieval.odata.ast import (
     FIELD_PATH,
-    All,
-    And,
-    Any_,
-    BoolField,
-    Compare,
-    Constant,
     Expr,
     Field,
-    Not,
-    Or,
-    SearchIn,
 )
+from agentic_retrieval.odata.compiler import FilterCompiler
 from agentic_retrieval.odata.evaluate import as_utc
 
 _OPS = {"eq": "=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
@@ -66,33 +58,9 @@ def to_postgres(expr: Expr, column: Callable[[str], str]) -> tuple[str, list[Any
     return compiler.compile(expr, {}), compiler.params
 
 
-class _Compiler:
-    def __init__(self, column: Callable[[str], str]) -> None:
-        self.column = column
-        self.params: list[Any] = []
-        self.aliases = 0
-
-    def compile(self, expr: Expr, scope: Mapping[str, str]) -> str:
-        match expr:
-            case Constant(value):
-                return "TRUE" if value else "FALSE"
-            case Compare(op, field, literal):
-                return self.compare(op, self.field(field, scope), literal.value)
-            case BoolField(field):
-                return self.compare("eq", self.field(field, scope), True)
-            case And(left, right):
-                return f"({self.compile(left, scope)} AND {self.compile(right, scope)})"
-            case Or(left, right):
-                return f"({self.compile(left, scope)} OR {self.compile(right, scope)})"
-            case Not(operand):
-                return f"(NOT {self.compile(operand, scope)})"
-            case SearchIn(field, values):
-                return self.search_in(self.field(field, scope), values)
-            case Any_(field, variable, predicate):
-                return self.lambda_(self.field(field, scope), variable, predicate, "any", scope)
-            case All(field, variable, predicate):
-                return self.lambda_(self.field(field, scope), variable, predicate, "all", scope)
-        raise TypeError(f"not an OData expression: {expr!r}")
+class _Compiler(FilterCompiler):
+    TRUE = "TRUE"
+    FALSE = "FALSE"
 
     def field(self, field: Field, scope: Mapping[str, str]) -> str:
         json_path(field.path)  # validates before anything reaches the SQL text

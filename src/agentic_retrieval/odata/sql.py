@@ -10,18 +10,10 @@ from typing import Any
 from agentic_retrieval.errors import ODataError
 from agentic_retrieval.odata.ast import (
     FIELD_PATH,
-    All,
-    And,
-    Any_,
-    BoolField,
-    Compare,
-    Constant,
     Expr,
     Field,
-    Not,
-    Or,
-    SearchIn,
 )
+from agentic_retrieval.odata.compiler import FilterCompiler
 from agentic_retrieval.odata.evaluate import as_utc
 
 _SQL_OPS = {"eq": "=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
@@ -52,33 +44,9 @@ def to_sql(expr: Expr, column: Callable[[str], str]) -> tuple[str, list[Any]]:
     return sql, compiler.params
 
 
-class _SqlCompiler:
-    def __init__(self, column: Callable[[str], str]) -> None:
-        self.column = column
-        self.params: list[Any] = []
-        self.aliases = 0
-
-    def compile(self, expr: Expr, scope: Mapping[str, str]) -> str:
-        match expr:
-            case Constant(value):
-                return "1" if value else "0"
-            case Compare(op, field, literal):
-                return self.compare(op, self.field(field, scope), literal.value)
-            case BoolField(field):
-                return self.compare("eq", self.field(field, scope), True)
-            case And(left, right):
-                return f"({self.compile(left, scope)} AND {self.compile(right, scope)})"
-            case Or(left, right):
-                return f"({self.compile(left, scope)} OR {self.compile(right, scope)})"
-            case Not(operand):
-                return f"(NOT {self.compile(operand, scope)})"
-            case SearchIn(field, values):
-                return self.search_in(self.field(field, scope), values)
-            case Any_(field, variable, predicate):
-                return self.lambda_(self.field(field, scope), variable, predicate, "any", scope)
-            case All(field, variable, predicate):
-                return self.lambda_(self.field(field, scope), variable, predicate, "all", scope)
-        raise TypeError(f"not an OData expression: {expr!r}")
+class _SqlCompiler(FilterCompiler):
+    TRUE = "1"
+    FALSE = "0"
 
     def field(self, field: Field, scope: Mapping[str, str]) -> str:
         if not FIELD_PATH.match(field.path):
