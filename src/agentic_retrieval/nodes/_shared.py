@@ -12,21 +12,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+from langgraph.runtime import Runtime
 
 from agentic_retrieval.context import Context
+from agentic_retrieval.graph.events import Searched, complete, emit
 from agentic_retrieval.graph.records import (
     Activity,
+    AnyActivity,
     ErrorInfo,
     GraphSearchTask,
     ModelCallActivity,
+    RetrievedHit,
     SearchTask,
     SourceParams,
     Subquery,
 )
 from agentic_retrieval.llm.chat_models import StructuredResult, Usage
 from agentic_retrieval.odata import and_filters
-from agentic_retrieval.sources.base import GraphKnowledgeSource, KnowledgeSource
-from agentic_retrieval.state import RetrievalState
+from agentic_retrieval.sources.base import GraphKnowledgeSource, Hit, KnowledgeSource
+from agentic_retrieval.state import RetrievalState, Update
 from agentic_retrieval.text import same_words_key
 
 MAX_TRANSCRIPT_CHARS = 12_000
@@ -216,3 +220,48 @@ def with_instructions(prompt: str, section: str, instructions: str | None) -> st
     """
     text = (instructions or "").strip()
     return prompt + section.replace("{instructions}", text) if text else prompt
+
+
+def searched_update(
+    runtime: Runtime[Any],
+    record: AnyActivity,
+    hits: Sequence[Hit],
+    *,
+    source: str,
+    subquery_id: str,
+    query: str,
+    error: ErrorInfo | None,
+    graph_index: str | None = None,
+) -> Update:
+    """What a search step (a search, or a graph search) reports and adds to the state.
+
+    Completes ``record``, emits the ``Searched`` note, and returns the hits tagged with the
+    subquery, query and record that found them (``graph_index`` for a graph search's), with
+    ``partial`` set when the step failed.
+    """
+    complete(runtime, record)
+    emit(
+        runtime,
+        Searched(
+            source=source,
+            query=query,
+            count=len(hits),
+            elapsed_ms=record.elapsed_ms,
+            error=error.message if error else None,
+        ),
+    )
+    retrieved = [
+        RetrievedHit(
+            **hit.model_dump(exclude={"source"}),
+            source=source,
+            subquery_id=subquery_id,
+            query=query,
+            activity_key=record.key,
+            graph_index=graph_index,
+        )
+        for hit in hits
+    ]
+    update: Update = {"hits": retrieved, "activity_log": [record]}
+    if error:
+        update["partial"] = True
+    return update

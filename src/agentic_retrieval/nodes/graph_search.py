@@ -29,13 +29,13 @@ from agentic_retrieval.context import Context
 from agentic_retrieval.entitygraph import CostBound, GraphSearchOutcome, ResultRow, search_graph
 from agentic_retrieval.errors import EntityGraphError, ErrorCode, SourceError
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.graph.events import Searched, begin, complete, emit
+from agentic_retrieval.graph.events import begin
 from agentic_retrieval.graph.records import (
     ErrorInfo,
     GraphSearchActivity,
     GraphSearchTask,
-    RetrievedHit,
 )
+from agentic_retrieval.nodes._shared import searched_update
 from agentic_retrieval.sources.base import GraphKnowledgeSource, Hit, SearchQuery
 from agentic_retrieval.state import Update
 
@@ -88,32 +88,16 @@ async def graph_search(
         count=len(hits),
         model_elapsed_ms=outcome.model_elapsed_ms,
     )
-    complete(runtime, record)
-    emit(
+    return searched_update(
         runtime,
-        Searched(
-            source=task.source,
-            query=query.text,
-            count=len(hits),
-            elapsed_ms=record.elapsed_ms,
-            error=error.message if error else None,
-        ),
+        record,
+        hits,
+        source=task.source,
+        subquery_id=task.subquery.id,
+        query=query.text,
+        error=error,
+        graph_index=graph_name,
     )
-    retrieved = [
-        RetrievedHit(
-            **hit.model_dump(exclude={"source"}),
-            source=task.source,
-            subquery_id=task.subquery.id,
-            query=query.text,
-            activity_key=key,
-            graph_index=graph_name,
-        )
-        for hit in hits
-    ]
-    update: Update = {"hits": retrieved, "activity_log": [record]}
-    if error:
-        update["partial"] = True
-    return update
 
 
 async def _search(

@@ -22,14 +22,14 @@ from pydantic import ValidationError
 from agentic_retrieval.context import Context
 from agentic_retrieval.errors import ErrorCode, SourceError
 from agentic_retrieval.graph.bindings import Bindings
-from agentic_retrieval.graph.events import Searched, begin, complete, emit
+from agentic_retrieval.graph.events import begin
 from agentic_retrieval.graph.records import (
     ErrorInfo,
-    RetrievedHit,
     SearchActivity,
     SearchTask,
     SourceFailure,
 )
+from agentic_retrieval.nodes._shared import searched_update
 from agentic_retrieval.odata import ODataError
 from agentic_retrieval.sources.base import (
     Hit,
@@ -68,33 +68,18 @@ async def search(task: SearchTask, runtime: Runtime[Context], bindings: Bindings
         top=query.top,
         count=len(hits),
     )
-    complete(runtime, record)
-    emit(
+    update = searched_update(
         runtime,
-        Searched(
-            source=source.name,
-            query=query.text,
-            count=len(hits),
-            elapsed_ms=record.elapsed_ms,
-            error=error.message if error else None,
-        ),
+        record,
+        hits,
+        source=source.name,
+        subquery_id=task.subquery.id,
+        query=query.text,
+        error=error,
     )
-    retrieved = [
-        RetrievedHit(
-            **hit.model_dump(exclude={"source"}),
-            source=source.name,
-            subquery_id=task.subquery.id,
-            query=query.text,
-            activity_key=key,
-        )
-        for hit in hits
-    ]
-    update: Update = {"hits": retrieved, "activity_log": [record]}
-    if error:
-        update["partial"] = True
-        if task.fail_on_error:
-            failure = SourceFailure(source=source.name, code=error.code, message=error.message)
-            update["failure"] = failure.model_dump()
+    if error and task.fail_on_error:
+        failure = SourceFailure(source=source.name, code=error.code, message=error.message)
+        update["failure"] = failure.model_dump()
     if deadline_hit:
         update["timed_out"] = True
     return update
