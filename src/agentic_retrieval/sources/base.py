@@ -35,6 +35,7 @@ from agentic_retrieval.entitygraph.graph import EntityGraph
 from agentic_retrieval.odata.ast import Expr
 from agentic_retrieval.odata.fields import FieldSchema
 from agentic_retrieval.permissions import Access, Identity
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
 
 class SearchQuery(BaseModel):
@@ -57,6 +58,10 @@ class SearchQuery(BaseModel):
     enforce_permissions: bool = False
     """Fail closed: documents without permission metadata are not returned, and a source
     that cannot tell raises :class:`PermissionsNotEnforceableError`."""
+    topic_graph: TopicGraphSetting | None = None
+    """The caller's topic-graph setting for this source (``knowledgeSourceParams[].topicGraph``):
+    a source that samples by topic (:class:`TopicSamplingKnowledgeSource`) applies it over its
+    own default; others ignore it."""
 
     @property
     def access(self) -> Access:
@@ -256,4 +261,23 @@ class GraphKnowledgeSource(KnowledgeSource, Protocol):
         Trimmed by permission exactly as :meth:`search` is: a row whose evidence the caller
         may not see is not returned either.
         """
+        ...
+
+
+@runtime_checkable
+class TopicSamplingKnowledgeSource(KnowledgeSource, Protocol):
+    """Optional capability: a source that samples its results across topics (a topic graph).
+
+    Its :meth:`search` applies ``query.topic_graph`` over :attr:`topic_graph_default` (an
+    index's topic graph profile); the search's activity record shows the setting that
+    applied (:meth:`topic_setting`).
+    """
+
+    @property
+    def topic_graph_default(self) -> TopicGraphSetting | None:
+        """The setting a query without one gets (``None``: plain ranking)."""
+        ...
+
+    def topic_setting(self, query: SearchQuery) -> TopicGraphSetting | None:
+        """The setting that applies to ``query`` (its own over the default)."""
         ...

@@ -32,8 +32,9 @@ from agentic_retrieval.sources.local.record_ingest import (
     RecordInput,
 )
 from agentic_retrieval.sources.local.records import RecordFields
-from agentic_retrieval.sources.local.store import LocalStore
+from agentic_retrieval.sources.local.store import LocalStore, TopicIndexState
 from agentic_retrieval.sources.local.store_source import StoreBackedSource
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,10 @@ class LocalKnowledgeSource(StoreBackedSource):
         preload: With ``embeddings``, read the store's vectors and graph into memory on a
             background thread now, so that the first search does not wait for them (a
             million chunks: tens of seconds); ``False`` leaves it to the first search.
+        topic_graph: How searches sample across the topics of the store's vectors where a
+            query says nothing (``diverse``, ``balanced``; ``None``: plain ranking). The
+            topic index is built from the stored vectors on the first search that needs
+            it (or with :meth:`refresh_topics`); see :mod:`agentic_retrieval.sources.topic_graph`.
 
     Raises:
         StoreNotFoundError: ``path`` does not exist and ``create`` is false.
@@ -78,8 +83,10 @@ class LocalKnowledgeSource(StoreBackedSource):
         overlap: int = DEFAULT_OVERLAP,
         create: bool = False,
         preload: bool = True,
+        topic_graph: TopicGraphSetting | None = None,
     ) -> None:
         self.name = name
+        self.topic_graph_default = topic_graph
         self.description = description
         self.embeddings = embeddings
         self.chunk_size = chunk_size
@@ -117,6 +124,16 @@ class LocalKnowledgeSource(StoreBackedSource):
         """The SQLite file."""
         return self.store.path
 
+    def topic_setting(self, query: SearchQuery) -> TopicGraphSetting | None:
+        """The topic-graph setting of ``query`` over this source's default."""
+        if query.topic_graph is None:
+            return self.topic_graph_default
+        return query.topic_graph.over(self.topic_graph_default)
+
+    def refresh_topics(self) -> TopicIndexState:
+        """Build (or bring up to date) the topic index over the stored vectors, now."""
+        return self.store.refresh_topics()
+
     async def search(self, query: SearchQuery) -> list[Hit]:
         """Return at most ``query.top`` hits for ``query`` that its identity may see.
 
@@ -134,7 +151,13 @@ class LocalKnowledgeSource(StoreBackedSource):
         cancel = threading.Event()
         try:
             return await run_query(
-                self.search_sync, query.text, query.top, filter_expr, cancel, query.access
+                self.search_sync,
+                query.text,
+                query.top,
+                filter_expr,
+                cancel,
+                query.access,
+                self.topic_setting(query),
             )
         except asyncio.CancelledError:
             cancel.set()  # the worker thread's SQLite statement stops too, not only the wait
@@ -161,6 +184,7 @@ class LocalKnowledgeSource(StoreBackedSource):
         filter_expr: Expr | None = None,
         cancel: threading.Event | None = None,
         access: Access = ANONYMOUS,
+        topic_graph: TopicGraphSetting | None = None,
     ) -> list[Hit]:
         """Blocking search (what :meth:`search` runs in a worker thread).
 
@@ -175,6 +199,7 @@ class LocalKnowledgeSource(StoreBackedSource):
             query_vector=vector,
             cancel=cancel,
             access=access,
+            topic_graph=topic_graph,
         )
         return [self._to_hit(hit) for hit in stored]
 

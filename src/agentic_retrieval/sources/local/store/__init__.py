@@ -30,6 +30,7 @@ from agentic_retrieval.sources.local.store.rows import (
 )
 from agentic_retrieval.sources.local.store.schema import SCHEMA as _SCHEMA
 from agentic_retrieval.sources.local.store.schema import SCHEMA_VERSION
+from agentic_retrieval.sources.local.store.topics import TopicIndexState
 from agentic_retrieval.sources.local.store.vectors import VECTOR_FILE_SUFFIX
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "LocalStore",
     "MetadataJson",
     "StoredHit",
+    "TopicIndexState",
     "fts_match_expression",
     "fts_segment",
     "json_default",

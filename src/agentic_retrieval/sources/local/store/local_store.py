@@ -42,14 +42,26 @@ from agentic_retrieval.sources.local.store.tantivy_filters import (
     restrict,
     rid_set_query,
 )
+from agentic_retrieval.sources.local.store.topics import (
+    TOPICS_SCHEMA,
+    TopicIndexState,
+    read_state,
+    topics_of,
+)
+from agentic_retrieval.sources.local.store.topics import refresh as refresh_topic_index
 from agentic_retrieval.sources.local.store.vectors import (
     VectorIndex,
 )
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting, TopicLimits, sample_by_topic
 
 logger = logging.getLogger(__name__)
 
 _CANCEL_CHECK_STEPS = 10_000
 DENSE_PROBE_FACTOR = 4
+TOPICS_INLINE_MAX = 2_000
+"""A search that finds the topic index behind refreshes it before answering while the store
+holds at most this many vectors (tens of milliseconds); beyond, a background thread does and
+the search answers with the topics as they are."""
 """A restricted dense search first takes this many times ``depth`` nearest chunks and keeps
 those passing; most filters and permission checks keep enough of them."""
 
@@ -97,6 +109,9 @@ class LocalStore(StoreContents):
             )
         self._connection().executescript(schema.SCHEMA)
         self._connection().executescript(schema.VECTOR_LOG_SCHEMA)
+        self._connection().executescript(TOPICS_SCHEMA)
+        self._topic_refresher: threading.Thread | None = None
+        self._topic_lock = threading.Lock()
         schema.migrate(self.path, self._connection(), self._write)
         rebuild = schema.drop_old_triggers(self._connection(), self._write)
         self._health = StoreHealth(self.path)
@@ -152,6 +167,7 @@ class LocalStore(StoreContents):
         query_vector: Sequence[float] | None = None,
         cancel: threading.Event | None = None,
         access: Access = ANONYMOUS,
+        topic_graph: TopicGraphSetting | None = None,
     ) -> list[StoredHit]:
         """Search the index: BM25 alone, or BM25 and cosine fused by reciprocal rank.
 
@@ -165,6 +181,11 @@ class LocalStore(StoreContents):
             access: Who is asking: only chunks of documents they may see are candidates
                 (see :mod:`agentic_retrieval.permissions`); the default is an anonymous
                 caller, permissions not enforced.
+            topic_graph: ``diverse`` or ``balanced``: rank a pool of
+                ``minDiversityPoolSize`` candidates, then sample ``top`` of them across the
+                topics of the store's topic index (see
+                :mod:`agentic_retrieval.sources.topic_graph`);
+                ``None`` or ``none``: the ranking as it is.
 
         Returns:
             Hits, best first. Scores are BM25 (higher is better) for lexical search and
@@ -182,6 +203,9 @@ class LocalStore(StoreContents):
         """
         if top <= 0:
             return []
+        sampling = topic_graph if topic_graph is not None and topic_graph.kind != "none" else None
+        if sampling is not None and self.has_vectors():
+            self._keep_topics_current()
         health = self._health
         assert health is not None  # set by __init__
         if not self._closed:  # closed (deleted) under this lease: not damage, finish reading
@@ -194,14 +218,14 @@ class LocalStore(StoreContents):
             # normally a no-op: applies what a writer killed before its flush left in the outbox
             self._lexical_index.flush(conn, wait=False)
             try:
-                return self._search(text, top, filter_expr, query_vector, access)
+                return self._search(text, top, filter_expr, query_vector, access, sampling)
             except LexicalIndexDamaged as exc:
                 # SQLite holds every chunk: build the index again from it, then answer
                 logger.warning(
                     "the lexical index of %s is damaged (%s): rebuilding", self.path, exc
                 )
                 self._lexical_index.ensure(conn, rebuild=True)
-                return self._search(text, top, filter_expr, query_vector, access)
+                return self._search(text, top, filter_expr, query_vector, access, sampling)
         except sqlite3.Error as exc:
             if is_damage(exc):
                 raise health.damaged(exc) from None
@@ -221,7 +245,11 @@ class LocalStore(StoreContents):
         filter_expr: Expr | None,
         query_vector: Sequence[float] | None,
         access: Access,
+        sampling: TopicGraphSetting | None = None,
     ) -> list[StoredHit]:
+        wanted = top
+        if sampling is not None:  # a pool to sample from
+            top = sampling.pool(top)
         depth = max(top, 50)
         with self._snapshot():  # the permission check and the query see the same data
             restriction = self._restriction(filter_expr, access)
@@ -230,15 +258,86 @@ class LocalStore(StoreContents):
             if query_vector is not None and self.has_vectors():
                 dense = self._dense(query_vector, depth, restriction)
                 ranked = reciprocal_rank_fusion([lexical_ranking, dense])[:top]
-                return self._fetch(ranked, self._similarities(query_vector, ranked))
+                similarities = self._similarities(query_vector, ranked)
+                ranked = self._sampled(ranked, sampling, wanted, similarities)
+                return self._fetch(ranked, similarities)
             elif lexical_ranking is None:
                 # "*" or "" (Azure's match-all) or a filter-only query browses; words that
                 # are all punctuation ("^", "((( )))") match nothing rather than any chunk
                 browse_all = text.strip() in ("", "*") or filter_expr is not None
                 ranked = browse(self._connection(), top, where, params) if browse_all else []
+                ranked = self._sampled(ranked, sampling, wanted)
             else:
-                ranked = lexical_ranking[:top]
-            return self._fetch(ranked)
+                ranked = self._sampled(lexical_ranking[:top], sampling, wanted)
+            return self._fetch(ranked[:wanted])
+
+    def _sampled(
+        self,
+        ranked: list[tuple[int, float]],
+        sampling: TopicGraphSetting | None,
+        top: int,
+        relevance: Mapping[int, float] | None = None,
+    ) -> list[tuple[int, float]]:
+        """``top`` of the pool ``ranked``, sampled across its topics (``None``: the first)."""
+        if sampling is None:
+            return ranked[:top]
+        topics = topics_of(self._connection(), [rid for rid, _ in ranked])
+        return sample_by_topic(ranked, topics, sampling, top, relevance)
+
+    # ------------------------------------------------------------------ topics
+
+    @leased
+    def refresh_topics(self, limits: TopicLimits | None = None) -> TopicIndexState:
+        """Bring the topic index up to the store's current contents, here and now.
+
+        New vectors are assigned to the existing topics, deleted ones dropped; past
+        :data:`~.topics.REBUILD_SHARE` of change since the last full build, the topics are
+        fitted again. One refresh at a time; searches meanwhile read the index as it was.
+        """
+        with self._topic_lock:
+            conn = self._connection()
+            with self._snapshot():
+                generation = self.generation()
+            return refresh_topic_index(conn, self._write, generation, limits)
+
+    @leased
+    def topic_state(self) -> TopicIndexState:
+        """What the topic index reflects (its generation, vectors, topics)."""
+        return read_state(self._connection())
+
+    def wait_for_topics(self, timeout: float | None = None) -> None:
+        """Wait for a topic refresh running in the background (tests, benchmarks)."""
+        refresher = self._topic_refresher
+        if refresher is not None:
+            refresher.join(timeout)
+
+    def _keep_topics_current(self) -> None:
+        """Refresh the topic index when a write made it stale: inline while small, else behind."""
+        if read_state(self._connection()).generation == self.generation():
+            return
+        if self.count_chunks() <= TOPICS_INLINE_MAX:
+            self.refresh_topics()
+            return
+        refresher = self._topic_refresher
+        if refresher is not None and refresher.is_alive():
+            return
+        refresher = threading.Thread(
+            target=self._refresh_topics_behind, name="topic-index", daemon=True
+        )
+        self._topic_refresher = refresher
+        refresher.start()
+
+    def _refresh_topics_behind(self) -> None:
+        try:
+            state = self.refresh_topics()
+            logger.info(
+                "topic index of %s: %d vectors, %d topics",
+                self.path,
+                state.vectors,
+                state.fine_topics,
+            )
+        except (StoreError, sqlite3.Error, OSError) as exc:  # the next stale search retries
+            logger.warning("could not refresh the topic index of %s: %s", self.path, exc)
 
     def _restriction(self, filter_expr: Expr | None, access: Access) -> Restriction:
         """What this search's candidates must pass, for its lexical and dense parts alike.
