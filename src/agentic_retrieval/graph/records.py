@@ -30,6 +30,7 @@ from agentic_retrieval.graph.vocabulary import (
 )
 from agentic_retrieval.llm.chat_models import ModelIdentity, Usage
 from agentic_retrieval.sources.base import Hit
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
 # --- what the caller asked, what the run searched and found ---------------------------------
 
@@ -102,6 +103,9 @@ class KnowledgeSourceParams(BaseModel):
     max_docs_for_reranker: int | None = Field(default=None, ge=1, le=1000)
     # 2026-11-01-preview: search the source's entity graph too
     graph_parameters: GraphParameters | None = None
+    topic_graph: TopicGraphSetting | None = None
+    """2026-11-01-preview: sample this source's vector search across topics (``none``,
+    ``diverse``, ``balanced``), over its index's topic graph profile."""
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON a client sends (camelCase, no unset nulls)."""
@@ -166,6 +170,8 @@ class SearchTask(BaseModel):
     """Per-source bound in seconds."""
     fail_on_error: bool = False
     """The caller's ``failOnError`` for this source: its failure fails the request."""
+    topic_graph: TopicGraphSetting | None = None
+    """The caller's ``topicGraph`` for this source (over the source's own default)."""
 
 
 class GraphSearchTask(BaseModel):
@@ -327,6 +333,9 @@ class SearchActivity(Activity):
     filter: str | None
     top: int
     count: int
+    topic_graph: dict[str, Any] | None = None
+    """The topic-graph setting the search ran with (shown as ``topicGraph`` in its
+    arguments), when the source samples by topic or the caller asked for one."""
 
     @classmethod
     def announced_type(cls, source_kind: str | None = None) -> str:
@@ -344,6 +353,8 @@ class SearchActivity(Activity):
             "elapsedMs": self.elapsed_ms,
             f"{kind}Arguments": {"search": self.search, "filter": self.filter, "top": self.top},
         }
+        if self.topic_graph is not None:
+            record[f"{kind}Arguments"]["topicGraph"] = self.topic_graph
         if kind != self.source_kind:
             record["knowledgeSourceKind"] = self.source_kind
         return self._with_error(record)

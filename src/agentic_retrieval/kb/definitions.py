@@ -26,6 +26,7 @@ from agentic_retrieval.errors import InvalidDefinitionError, UnsupportedKindErro
 from agentic_retrieval.graph.vocabulary import OutputMode, RequestedEffort, ResultsProcessing
 from agentic_retrieval.kb.graph_extraction import check_graph_extraction
 from agentic_retrieval.kb.model_connections import check_models, without_headers
+from agentic_retrieval.kb.topic_profiles import check_topic_graph_profiles
 from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.wire.models import describe_validation_error
 
@@ -528,6 +529,7 @@ def parse_index(body: dict[str, Any], name: str | None = None) -> IndexDefinitio
         if field.dimensions is None:
             raise InvalidDefinitionError(f"fields: vector field {field.name!r} needs 'dimensions'")
     _check_permission_fields(index)
+    check_topic_graph_profiles(index.vector_search, has_vector_field=bool(vectors))
     return index
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from agentic_retrieval.kb.definitions import SUPPORTED_SOURCE_KINDS, KnowledgeSourceDefinition
 from agentic_retrieval.kb.graph_extraction import graph_extraction
 from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.topic_profiles import topic_graph_default
 from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.sources.base import KnowledgeSource
 from agentic_retrieval.sources.graph import EntityGraphSource
@@ -108,6 +109,7 @@ class SearchIndexKind(HostedKind):
             index_name=index.name,
             filter_schema=index.filter_schema(),
             permission_fields=index.permission_field_names,
+            topic_graph=topic_graph_default(index.vector_search),
         )
 
     def documents(

@@ -173,6 +173,7 @@ def build_tasks(
                     deadline=deadline,
                     timeout=context.source_timeout_seconds,
                     fail_on_error=bool(source in params and params[source].fail_on_error),
+                    topic_graph=params[source].topic_graph if source in params else None,
                 )
             )
     return tasks

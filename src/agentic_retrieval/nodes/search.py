@@ -36,6 +36,7 @@ from agentic_retrieval.sources.base import (
     KnowledgeSource,
     PermissionTrimmingKnowledgeSource,
     SearchQuery,
+    TopicSamplingKnowledgeSource,
 )
 from agentic_retrieval.state import Update
 
@@ -54,6 +55,7 @@ async def search(task: SearchTask, runtime: Runtime[Context], bindings: Bindings
         goal=task.subquery.goal,
         identity=runtime.context.identity,
         enforce_permissions=runtime.context.enforce_permissions,
+        topic_graph=task.topic_graph,
     )
     hits, error, deadline_hit = await _run(source, query, task)
     record = SearchActivity(
@@ -67,6 +69,7 @@ async def search(task: SearchTask, runtime: Runtime[Context], bindings: Bindings
         filter=query.filter,
         top=query.top,
         count=len(hits),
+        topic_graph=_topic_graph(source, query),
     )
     update = searched_update(
         runtime,
@@ -145,6 +148,17 @@ def _log_failure(source_name: str, exc: BaseException) -> None:
     if len(_LOGGED_TRACEBACKS) < _MAX_LOGGED_TRACEBACKS:
         _LOGGED_TRACEBACKS.add(kind)
     logger.error("knowledge source %r failed", source_name, exc_info=exc)
+
+
+def _topic_graph(source: KnowledgeSource, query: SearchQuery) -> dict[str, object] | None:
+    """The topic-graph setting the search ran with, for its record (``None``: none to show).
+
+    A source that cannot sample by topic ran the caller's setting as ``none``.
+    """
+    if isinstance(source, TopicSamplingKnowledgeSource):
+        setting = source.topic_setting(query)
+        return setting.to_wire() if setting is not None else None
+    return {"kind": "none"} if query.topic_graph is not None else None
 
 
 def trims_by_permission(source: KnowledgeSource) -> bool:

@@ -8,7 +8,8 @@ before the newer version existed:
   (ISO 8601 UTC, as every version since ``2026-10-01`` already reads them) and
   ``elapsedInMs``, which Azure's reference describes as the record's elapsed time in
   milliseconds, kept for clients of earlier previews: the same value as ``elapsedMs``.
-- ``graphParameters`` in ``knowledgeSourceParams`` (graph search) is ``2026-11-01-preview``'s:
+- ``graphParameters`` (graph search) and ``topicGraph`` (topic sampling) in
+  ``knowledgeSourceParams`` are ``2026-11-01-preview``'s:
   an older version is refused with a 400 (its clients could not read the ``graphSearch``
   records and references it brings), as management refuses that version's definitions.
 """
@@ -33,7 +34,8 @@ def check_request_fields(body: Mapping[str, Any], api_version: str | None) -> No
     """Refuse a retrieve request field that ``api_version`` does not define.
 
     Raises:
-        InvalidRequestError: ``graphParameters`` under a version before ``2026-11-01-preview``.
+        InvalidRequestError: ``graphParameters`` or ``topicGraph`` under a version before
+            ``2026-11-01-preview``.
     """
     if api_version in GRAPH_VERSIONS:
         return
@@ -42,6 +44,11 @@ def check_request_fields(body: Mapping[str, Any], api_version: str | None) -> No
         if isinstance(entry, Mapping) and entry.get("graphParameters") is not None:
             raise InvalidRequestError(
                 f"knowledgeSourceParams[{position}].graphParameters: graph search needs "
+                f"api-version {min(GRAPH_VERSIONS)}"
+            )
+        if isinstance(entry, Mapping) and entry.get("topicGraph") is not None:
+            raise InvalidRequestError(
+                f"knowledgeSourceParams[{position}].topicGraph: topic graphs need "
                 f"api-version {min(GRAPH_VERSIONS)}"
             )
 

@@ -27,6 +27,7 @@ from agentic_retrieval.kb.service import (
     ServiceDirectory,
     StoredDefinition,
 )
+from agentic_retrieval.kb.topic_profiles import require_topic_graph_version
 from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
@@ -107,6 +108,7 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         body = await read_json_object(request)
         require_version(body, request.query_params.get("api-version"))
         require_graph_version(body, request.query_params.get("api-version"))
+        require_topic_graph_version(body, request.query_params.get("api-version"))
         refuse_fixed(body.get("name") if isinstance(body.get("name"), str) else None)
         service, _ = management.require_service()
         stored, _ = await in_thread(
@@ -129,6 +131,7 @@ def add_definition_routes(app: FastAPI, management: Management, routes: Definiti
         body = await read_json_object(request)
         require_version(body, request.query_params.get("api-version"))
         require_graph_version(body, request.query_params.get("api-version"))
+        require_topic_graph_version(body, request.query_params.get("api-version"))
         refuse_fixed(name)
         service, _ = management.require_service()
         stored, created = await in_thread(

@@ -41,6 +41,7 @@ from agentic_retrieval.sources.local.documents import CHUNK_SEPARATOR, DocumentH
 from agentic_retrieval.sources.local.passages import DocumentView
 from agentic_retrieval.sources.local.query_threads import run_query
 from agentic_retrieval.sources.local.store import StoredHit
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
 ANY_KIND: frozenset[FieldKind] = frozenset(
     {"string", "number", "boolean", "collection", "object", "null"}
@@ -67,6 +68,8 @@ class DocumentKnowledgeSource:
             refused before the search (default: ``filterable_fields``, any kind).
         permission_fields: Fields that hold document permissions: a filter naming one is
             refused (permissions come from the caller's identity).
+        topic_graph: How its searches sample across topics where a request says nothing
+            (an index's topic graph profile; ``None``: plain ranking).
     """
 
     def __init__(
@@ -82,8 +85,10 @@ class DocumentKnowledgeSource:
         index_name: str | None = None,
         filter_schema: FieldSchema | None = None,
         permission_fields: Collection[str] = (),
+        topic_graph: TopicGraphSetting | None = None,
     ) -> None:
         self.name = name
+        self.topic_graph_default = topic_graph
         self.index_name = index_name
         self.kind = kind
         self.description = description
@@ -122,6 +127,12 @@ class DocumentKnowledgeSource:
         select = self.view.source_data_fields if self.view else ()
         return index_document_url(endpoint, self.index_name, hit.doc_key, api_version, select)
 
+    def topic_setting(self, query: SearchQuery) -> TopicGraphSetting | None:
+        """The topic-graph setting of ``query`` over this source's default."""
+        if query.topic_graph is None:
+            return self.topic_graph_default
+        return query.topic_graph.over(self.topic_graph_default)
+
     trims_by_permission = True
     """Searches apply document permissions inside the store's SQL (before ranking and top)."""
 
@@ -141,7 +152,9 @@ class DocumentKnowledgeSource:
         except ODataError as exc:
             raise FilterNotSupportedError(f"{self.name}: {exc}") from exc
         try:
-            return await run_query(self._search, query.text, query.top, expr, query.access)
+            return await run_query(
+                self._search, query.text, query.top, expr, query.access, self.topic_setting(query)
+            )
         except StoreClosedError:
             # deleted while this run was under way: an error record, not a failure
             raise SourceError(
@@ -167,13 +180,26 @@ class DocumentKnowledgeSource:
             f"searched while permissions are enforced: {fix}"
         )
 
-    def _search(self, text: str, top: int, expr: Expr | None, access: Access) -> list[Hit]:
+    def _search(
+        self,
+        text: str,
+        top: int,
+        expr: Expr | None,
+        access: Access,
+        topic_graph: TopicGraphSetting | None = None,
+    ) -> list[Hit]:
         per_unit = self.kind == "searchIndex"
         # hybrid where the store holds vectors and was given the model (a file source)
         vector = self.documents.query_vector(text)
         with self.documents.store.lease():  # the hits' documents are read before a delete
             found = self.documents.search(
-                text, top=top, filter_expr=expr, vector=vector, per_unit=per_unit, access=access
+                text,
+                top=top,
+                filter_expr=expr,
+                vector=vector,
+                per_unit=per_unit,
+                access=access,
+                topic_graph=topic_graph,
             )
             return [self._to_hit(hit) for hit in found]
 

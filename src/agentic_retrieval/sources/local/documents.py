@@ -44,6 +44,7 @@ from agentic_retrieval.sources.local.store import (
     StoredHit,
     json_default,
 )
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
 CHUNK_SEPARATOR = "#"
 """Between a unit's key and its chunk number in chunk ids (file chunk ids never hold it)."""
@@ -294,6 +295,7 @@ class DocumentStore:
         vector: Sequence[float] | None = None,
         per_unit: bool = True,
         access: Access = ANONYMOUS,
+        topic_graph: TopicGraphSetting | None = None,
     ) -> list[DocumentHit]:
         """Search the chunks; with ``per_unit``, each unit once (scored by its best chunk).
 
@@ -305,6 +307,7 @@ class DocumentStore:
             vector: A query vector (hybrid search when the store has vectors).
             per_unit: Group chunks by unit (documents); otherwise every chunk is a result.
             access: Who is asking (see :meth:`LocalStore.search`).
+            topic_graph: Sample the chunks across topics (see :meth:`LocalStore.search`).
         """
         wanted = skip + top
         if top <= 0:
@@ -313,7 +316,12 @@ class DocumentStore:
         hits: list[DocumentHit] = []
         for _ in range(_SEARCH_DEPTH_ROUNDS):
             chunks = self.store.search(
-                text, top=depth, filter_expr=filter_expr, query_vector=vector, access=access
+                text,
+                top=depth,
+                filter_expr=filter_expr,
+                query_vector=vector,
+                access=access,
+                topic_graph=topic_graph,
             )
             hits = _group(chunks) if per_unit else [_hit(c) for c in chunks]
             if len(hits) >= wanted or len(chunks) < depth:
