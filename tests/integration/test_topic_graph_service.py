@@ -38,15 +38,18 @@ def index_body(profiles: list[dict]) -> dict:
     }
 
 
+def centres() -> np.ndarray:
+    return np.random.default_rng(4).normal(size=(THEMES, DIM))
+
+
 def documents() -> list[dict]:
-    rng = np.random.default_rng(4)
-    centres = rng.normal(size=(THEMES, DIM))
+    rng = np.random.default_rng(5)
     docs = []
     for theme in range(THEMES):
         for n in range(PER_THEME):
             # theme 0 says "report" more often: a plain lexical ranking puts it first
             words = "report " * (3 if theme == 0 else 1) + f"entry {n} of theme {theme}"
-            vector = centres[theme] + 0.1 * rng.normal(size=DIM)
+            vector = centres()[theme] + 0.1 * rng.normal(size=DIM)
             docs.append(
                 {
                     "@search.action": "upload",
@@ -137,3 +140,21 @@ def test_topic_graph_profiles_and_sampled_retrieval_over_rest(tmp_path):
         refused = http.post("/knowledgebases/kb/retrieve", json=body, params=OLD)
         assert refused.status_code == 400
         assert "knowledgeSourceParams[0].topicGraph" in refused.json()["error"]["message"]
+
+        # a vector query of docs/search: vectorQueries[].topicGraph over the profile
+        assert themes(vector_search(http, {"kind": "none"})) == {"t0"}
+        assert len(themes(vector_search(http, None))) >= 4
+        bad = vector_search(http, {"kind": "balanced", "diversityFactor": 0.5}, status=400)
+        assert "vectorQueries[0].topicGraph" in bad[0]
+
+
+def vector_search(http: httpx.Client, topic_graph: dict | None, status: int = 200) -> list[str]:
+    query: dict = {"kind": "vector", "vector": [float(v) for v in centres()[0]], "k": 8}
+    if topic_graph is not None:
+        query["topicGraph"] = topic_graph
+    body = {"vectorQueries": [query], "top": 8, "select": "id"}
+    response = http.post("/indexes/notes/docs/search", json=body, params=NEW)
+    assert response.status_code == status, response.text
+    if status != 200:
+        return [response.json()["error"]["message"]]
+    return [doc["id"] for doc in response.json()["value"]]

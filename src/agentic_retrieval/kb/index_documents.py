@@ -37,6 +37,7 @@ from typing import Any
 
 from agentic_retrieval.errors import InvalidRequestError, TooLargeError
 from agentic_retrieval.kb.definitions import MAX_KEY_CHARS, IndexDefinition, IndexField
+from agentic_retrieval.kb.topic_profiles import topic_graph_default
 from agentic_retrieval.odata import (
     Expr,
     ODataError,
@@ -48,6 +49,7 @@ from agentic_retrieval.permissions import Access, Permissions, permission_field_
 from agentic_retrieval.sources.local.documents import DocumentStore
 from agentic_retrieval.sources.local.loaders import Section
 from agentic_retrieval.sources.local.passages import DocumentView, field_text
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
 MAX_BATCH_ACTIONS = 1000
 """Most actions in one ``docs/index`` request (Azure's limit)."""
@@ -120,6 +122,8 @@ class SearchParameters:
     select: tuple[str, ...] | None = None
     count: bool = False
     vector: tuple[float, ...] | None = None
+    topic_graph: TopicGraphSetting | None = None
+    """The vector query's ``topicGraph`` (over the index's topic graph profile)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """The request's other (accepted, unused) parameters, echoed in the next page's."""
 
@@ -320,6 +324,7 @@ class IndexDocuments:
             filter_expr=expr,
             vector=vector,
             access=access,
+            topic_graph=self._topic_graph(params) if vector is not None else None,
         )
         more = params.top is None and len(hits) > page
         body: dict[str, Any] = {}
@@ -401,6 +406,11 @@ class IndexDocuments:
         except ODataError as exc:
             raise InvalidRequestError(f"filter: {exc}") from exc
         return expr
+
+    def _topic_graph(self, params: SearchParameters) -> TopicGraphSetting | None:
+        """How a vector query samples topics: its own setting over the index's profile."""
+        default = topic_graph_default(self.index.vector_search)
+        return params.topic_graph.over(default) if params.topic_graph else default
 
     def _query_vector(self, vector: Sequence[float] | None) -> list[float] | None:
         if vector is None:

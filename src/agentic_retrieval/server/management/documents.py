@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import ValidationError
 
 from agentic_retrieval.errors import (
     PermissionsNotEnforceableError,
@@ -44,6 +45,8 @@ from agentic_retrieval.server.management.common import (
     store_is_gone,
 )
 from agentic_retrieval.server.requests import read_json_object
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
+from agentic_retrieval.wire.models import describe_validation_error
 
 UNSUPPORTED_SEARCH = {
     "orderby": "$orderby",
@@ -226,6 +229,7 @@ def search_parameters(raw: Mapping[str, Any]) -> SearchParameters:
         select=tuple(_names(raw.get("select")) or ()) or None,
         count=_flag(raw.get("count")),
         vector=_vector(raw.get("vectorQueries")),
+        topic_graph=_topic_graph(raw.get("vectorQueries")),
         extra={
             k: v
             for k, v in raw.items()
@@ -290,3 +294,15 @@ def _vector(queries: Any) -> tuple[float, ...] | None:
     ):
         raise ApiError(400, "vectorQueries[0].vector: expected a list of finite numbers.")
     return tuple(float(v) for v in vector)
+
+
+def _topic_graph(queries: Any) -> TopicGraphSetting | None:
+    """The vector query's ``topicGraph`` (2026-11-01-preview), checked (``_vector`` ran first)."""
+    raw = queries[0].get("topicGraph") if queries else None
+    if raw is None:
+        return None
+    try:
+        return TopicGraphSetting.model_validate(raw)
+    except ValidationError as exc:
+        detail = describe_validation_error(exc)
+        raise ApiError(400, f"vectorQueries[0].topicGraph: {detail}") from None
