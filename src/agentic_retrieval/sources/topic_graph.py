@@ -287,28 +287,22 @@ def _diverse(
     top: int,
     relevance: list[float],
 ) -> list[tuple[int, float]]:
-    left = list(range(len(ranked)))
-    broad_seen: set[int] = set()
-    fine_seen: set[int] = set()
+    """Greedy MMR over topic novelty, as arrays: ``top`` rounds over the pool."""
+    pairs = [topic_of(rid) for rid, _ in ranked]
+    broad = np.asarray([b for b, _ in pairs], dtype=np.int64)
+    fine = np.asarray([f for _, f in pairs], dtype=np.int64)
+    gain = (1.0 - factor) * np.asarray(relevance, dtype=np.float64)
+    broad_seen = np.zeros(len(ranked), dtype=bool)
+    fine_seen = np.zeros(len(ranked), dtype=bool)
+    taken = np.zeros(len(ranked), dtype=bool)
     chosen: list[tuple[int, float]] = []
-    while left and len(chosen) < top:
-        best_at, best_value = 0, -math.inf
-        for at, index in enumerate(left):
-            broad, fine = topic_of(ranked[index][0])
-            novelty = (
-                NOVEL_BROAD
-                if broad not in broad_seen
-                else NOVEL_FINE
-                if fine not in fine_seen
-                else 0
-            )
-            value = (1.0 - factor) * relevance[index] + factor * novelty
-            if value > best_value:  # strictly: ties keep the better-ranked
-                best_at, best_value = at, value
-        index = left.pop(best_at)
-        broad, fine = topic_of(ranked[index][0])
-        broad_seen.add(broad)
-        fine_seen.add(fine)
+    for _ in range(min(top, len(ranked))):
+        novelty = np.where(broad_seen, np.where(fine_seen, 0.0, NOVEL_FINE), NOVEL_BROAD)
+        value = np.where(taken, -np.inf, gain + factor * novelty)
+        index = int(np.argmax(value))  # the first of equals: ties keep the better-ranked
+        taken[index] = True
+        broad_seen |= broad == broad[index]
+        fine_seen |= fine == fine[index]
         chosen.append(ranked[index])
     return chosen
 
