@@ -66,17 +66,14 @@ class Row:
 def measure(source: LocalKnowledgeSource, question: str, setting: TopicGraphSetting) -> Row:
     hits = source.search_sync(question, TOP, None, None, ANONYMOUS, setting)
     conn = source.store._connection()
-    rids = [
-        int(r[0])
-        for r in conn.execute(
-            "SELECT rid FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps([h.doc_key for h in hits]),),
-        )
-    ]
-    assigned = topics.topics_of(conn, rids)
+    rows = conn.execute(
+        "SELECT rid, file_id FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps([h.doc_key for h in hits]),),
+    ).fetchall()
+    assigned = topics.topics_of(conn, [int(rid) for rid, _ in rows])
     return Row(
         topics=len({broad for broad, _ in assigned.values()}),
-        docs=len({h.doc_key.split("#")[0] for h in hits}),
+        docs=len({file_id for _, file_id in rows}),
         cosine=float(np.mean([h.vector_similarity or 0.0 for h in hits])) if hits else 0.0,
         top1=0.0,
     )

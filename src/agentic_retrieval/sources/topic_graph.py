@@ -13,7 +13,7 @@ topic-graph setting asks (:class:`TopicGraphSetting`):
 - ``none``: the ranking as it is;
 - ``diverse``: a maximal-marginal-relevance trade-off: each next result maximises
   ``(1 - diversityFactor) * relevance + diversityFactor * novelty``, where relevance is the
-  candidate's score relative to the best (its cosine when the query has a vector) and novelty
+  candidate's score relative to the best (BM25, or the fused rank of BM25 and cosine) and novelty
   is 1 for a broad topic not yet shown, 0.5 for a fine topic not yet shown within a broad one
   already shown, 0 otherwise;
 - ``balanced``: round-robin over the broad topics of the pool, each topic's candidates in
@@ -240,7 +240,6 @@ def sample_by_topic(
     topics: Mapping[int, tuple[int, int]],
     setting: TopicGraphSetting,
     top: int,
-    relevance: Mapping[int, float] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``top`` candidates of ``ranked`` (best first) sampled by topic as ``setting`` asks.
 
@@ -250,8 +249,6 @@ def sample_by_topic(
             is a topic of its own.
         setting: ``none``, ``diverse`` or ``balanced``.
         top: How many to return.
-        relevance: Each rid's relevance (its cosine to the query), where known; otherwise
-            its score relative to the best.
 
     Returns:
         (rid, score) pairs with their original scores, in the sampled order.
@@ -264,16 +261,15 @@ def sample_by_topic(
 
     if setting.kind == "balanced":
         return _round_robin(ranked, topic_of, top)
-    return _diverse(ranked, topic_of, setting.factor, top, _relevance(ranked, relevance))
+    return _diverse(ranked, topic_of, setting.factor, top, _relevance(ranked))
 
 
-def _relevance(
-    ranked: Sequence[tuple[int, float]], given: Mapping[int, float] | None
-) -> list[float]:
-    if given and all(rid in given for rid, _ in ranked):
-        values = [given[rid] for rid, _ in ranked]
-    else:
-        values = [score for _, score in ranked]
+def _relevance(ranked: Sequence[tuple[int, float]]) -> list[float]:
+    """Each candidate's score relative to the best (the search's own judgement).
+
+    BM25, or the fused rank of BM25 and cosine: the best match stays first.
+    """
+    values = [score for _, score in ranked]
     best = max(values)
     if best <= 0:  # unscored (a browse): rank alone
         return [1.0 / (1.0 + rank / 10) for rank in range(len(ranked))]

@@ -259,8 +259,7 @@ class LocalStore(StoreContents):
                 dense = self._dense(query_vector, depth, restriction)
                 ranked = reciprocal_rank_fusion([lexical_ranking, dense])[:top]
                 similarities = self._similarities(query_vector, ranked)
-                ranked = self._sampled(ranked, sampling, wanted, similarities)
-                return self._fetch(ranked, similarities)
+                return self._fetch(self._sampled(ranked, sampling, wanted), similarities)
             elif lexical_ranking is None:
                 # "*" or "" (Azure's match-all) or a filter-only query browses; words that
                 # are all punctuation ("^", "((( )))") match nothing rather than any chunk
@@ -276,13 +275,12 @@ class LocalStore(StoreContents):
         ranked: list[tuple[int, float]],
         sampling: TopicGraphSetting | None,
         top: int,
-        relevance: Mapping[int, float] | None = None,
     ) -> list[tuple[int, float]]:
         """``top`` of the pool ``ranked``, sampled across its topics (``None``: the first)."""
         if sampling is None:
             return ranked[:top]
         topics = topics_of(self._connection(), [rid for rid, _ in ranked])
-        return sample_by_topic(ranked, topics, sampling, top, relevance)
+        return sample_by_topic(ranked, topics, sampling, top)
 
     # ------------------------------------------------------------------ topics
 
