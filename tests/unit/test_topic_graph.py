@@ -201,3 +201,38 @@ def test_a_local_source_samples_by_its_default_and_a_query_overrides_it(tmp_path
     hits = asyncio.run(source.search(SearchQuery(text="*", top=10)))
     assert len({h.doc_key.split("#")[0] for h in hits}) >= 5
     assert vector  # the store's vectors, not the query's, define the topics
+
+
+def test_a_knowledge_base_retrieve_overrides_the_source_default_and_records_it(tmp_path):
+    from agentic_retrieval import KnowledgeBase
+
+    clustered_store(tmp_path / "s.sqlite").close()
+    source = LocalKnowledgeSource(
+        "clusters", tmp_path / "s.sqlite", topic_graph=TopicGraphSetting(kind="balanced")
+    )
+    kb = KnowledgeBase([source])
+
+    def run(params: list[dict]) -> tuple[set[str], dict]:
+        response = kb.retrieve(
+            {
+                "intents": [{"type": "semantic", "search": "*"}],
+                "retrievalReasoningEffort": {"kind": "minimal"},
+                "includeActivity": True,
+                "knowledgeSourceParams": params,
+            }
+        ).to_wire()
+        [record] = [a for a in response["activity"] if a.get("knowledgeSourceName") == "clusters"]
+        keys = {r["docKey"].split("#")[0] for r in response["references"]}
+        return keys, record
+
+    sampled, record = run([])
+    # a local source reads as searchIndex on the wire (knowledgeSourceKind: local)
+    assert record["searchIndexArguments"]["topicGraph"] == {
+        "kind": "balanced",
+        "minDiversityPoolSize": 1000,
+    }
+    plain, record = run(
+        [{"knowledgeSourceName": "clusters", "kind": "local", "topicGraph": {"kind": "none"}}]
+    )
+    assert record["searchIndexArguments"]["topicGraph"] == {"kind": "none"}
+    assert plain == {"c0"} and len(sampled) >= 5
