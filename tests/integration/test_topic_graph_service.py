@@ -146,14 +146,18 @@ def test_topic_graph_profiles_and_sampled_retrieval_over_rest(tmp_path):
         assert len(themes(vector_search(http, None))) >= 4
         bad = vector_search(http, {"kind": "balanced", "diversityFactor": 0.5}, status=400)
         assert "vectorQueries[0].topicGraph" in bad[0]
+        older = vector_search(http, {"kind": "none"}, status=400, version=OLD)
+        assert "need api-version 2026-11-01-preview" in older[0]
 
 
-def vector_search(http: httpx.Client, topic_graph: dict | None, status: int = 200) -> list[str]:
+def vector_search(
+    http: httpx.Client, topic_graph: dict | None, status: int = 200, version: dict = NEW
+) -> list[str]:
     query: dict = {"kind": "vector", "vector": [float(v) for v in centres()[0]], "k": 8}
     if topic_graph is not None:
         query["topicGraph"] = topic_graph
     body = {"vectorQueries": [query], "top": 8, "select": "id"}
-    response = http.post("/indexes/notes/docs/search", json=body, params=NEW)
+    response = http.post("/indexes/notes/docs/search", json=body, params=version)
     assert response.status_code == status, response.text
     if status != 200:
         return [response.json()["error"]["message"]]

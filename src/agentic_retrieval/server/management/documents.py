@@ -30,6 +30,7 @@ from agentic_retrieval.kb.index_documents import (
     IndexingResult,
     SearchParameters,
 )
+from agentic_retrieval.kb.topic_profiles import TOPIC_GRAPH_VERSION
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.auth import QUERY_BODY, UPLOAD_BODY
 from agentic_retrieval.server.errors import ApiError
@@ -114,7 +115,9 @@ def add_document_routes(app: FastAPI, management: Management) -> None:
     async def search_post(name: str, request: Request) -> JSONResponse:
         grant = check_request(request, management.keys, "query")
         access = await read_access(request, management, grant)
-        return await _search(management, name, await read_json_object(request), access)
+        body = await read_json_object(request)
+        _require_topic_graph_version(body, request.query_params.get("api-version"))
+        return await _search(management, name, body, access)
 
     for suffix in ("docs/index", "docs/search.index"):
         add_routes(app, f"/indexes/{{name}}/{suffix}", index_batch, ["POST"], UPLOAD_BODY)
@@ -306,3 +309,17 @@ def _topic_graph(queries: Any) -> TopicGraphSetting | None:
     except ValidationError as exc:
         detail = describe_validation_error(exc)
         raise ApiError(400, f"vectorQueries[0].topicGraph: {detail}") from None
+
+
+def _require_topic_graph_version(body: Mapping[str, Any], api_version: str | None) -> None:
+    """Refuse a vector query's ``topicGraph`` under a version before ``2026-11-01-preview``."""
+    queries = body.get("vectorQueries")
+    if api_version == TOPIC_GRAPH_VERSION or not isinstance(queries, list):
+        return
+    for position, query in enumerate(queries):
+        if isinstance(query, Mapping) and query.get("topicGraph") is not None:
+            raise ApiError(
+                400,
+                f"vectorQueries[{position}].topicGraph: topic graphs need api-version "
+                f"{TOPIC_GRAPH_VERSION}.",
+            )
