@@ -236,3 +236,18 @@ def test_a_knowledge_base_retrieve_overrides_the_source_default_and_records_it(t
     )
     assert record["searchIndexArguments"]["topicGraph"] == {"kind": "none"}
     assert plain == {"c0"} and len(sampled) >= 5
+
+
+def test_a_large_store_refreshes_its_topics_behind_the_search(tmp_path, monkeypatch):
+    from agentic_retrieval.sources.local.store import local_store
+
+    monkeypatch.setattr(local_store, "TOPICS_INLINE_MAX", 10)  # 240 chunks count as large
+    store = clustered_store(tmp_path / "s.sqlite")
+    balanced = TopicGraphSetting(kind="balanced")
+    first = store.search("*", top=10, query_vector=query_near_cluster_0(), topic_graph=balanced)
+    assert len(first) == 10  # answered whether or not the topics were ready
+    assert store._topic_refresher is not None  # the refresh ran on a thread of its own
+    store.wait_for_topics(30)
+    assert store.topic_state().generation == store.generation()
+    later = store.search("*", top=10, query_vector=query_near_cluster_0(), topic_graph=balanced)
+    assert len(clusters_in(later)) >= 5

@@ -58,12 +58,12 @@ logger = logging.getLogger(__name__)
 
 _CANCEL_CHECK_STEPS = 10_000
 DENSE_PROBE_FACTOR = 4
-TOPICS_INLINE_MAX = 2_000
-"""A search that finds the topic index behind refreshes it before answering while the store
-holds at most this many vectors (tens of milliseconds); beyond, a background thread does and
-the search answers with the topics as they are."""
 """A restricted dense search first takes this many times ``depth`` nearest chunks and keeps
 those passing; most filters and permission checks keep enough of them."""
+TOPICS_INLINE_MAX = 2_000
+"""A search that finds the topic index behind refreshes it before answering while the store
+holds at most this many chunks (tens of milliseconds); beyond, a background thread does and
+the search answers with the topics as they are."""
 
 
 class LocalStore(StoreContents):
