@@ -251,3 +251,16 @@ def test_a_large_store_refreshes_its_topics_behind_the_search(tmp_path, monkeypa
     assert store.topic_state().generation == store.generation()
     later = store.search("*", top=10, query_vector=query_near_cluster_0(), topic_graph=balanced)
     assert len(clusters_in(later)) >= 5
+
+
+def test_a_stopped_build_writes_nothing(tmp_path):
+    from agentic_retrieval.sources.topic_graph import TopicBuildStopped
+
+    vectors = np.random.default_rng(2).normal(size=(300, DIM)).astype(np.float32)
+    with pytest.raises(TopicBuildStopped):
+        build_communities(vectors, stop=lambda: True)
+    store = clustered_store(tmp_path / "s.sqlite")
+    with pytest.raises(TopicBuildStopped):
+        topics.refresh(store._connection(), store._write, store.generation(), stop=lambda: True)
+    assert store.topic_state().generation is None
+    assert store._connection().execute("SELECT count(*) FROM topic_assignments").fetchone() == (0,)

@@ -43,6 +43,8 @@ MAX_POOL_SIZE = 10_000
 """The largest pool a query may ask for (this service's bound: the pool is ranked in full)."""
 NOVEL_BROAD = 1.0
 NOVEL_FINE = 0.5
+Stop = Callable[[], bool]
+"""Asked between rounds of a build: true stops it (:class:`TopicBuildStopped`)."""
 TopicOf = Callable[[int], tuple[int, int]]
 """A candidate's (broad, fine) topic, by rid."""
 
@@ -105,6 +107,10 @@ class TopicGraphSetting(BaseModel):
 # --- building communities -------------------------------------------------------------------
 
 
+class TopicBuildStopped(Exception):
+    """A topic build was stopped by its caller (its store closed): nothing was written."""
+
+
 @dataclass(frozen=True)
 class TopicLimits:
     """Bounds of a topic build (time and memory grow with these, not with the store).
@@ -150,13 +156,20 @@ def topic_counts(count: int, limit: int) -> int:
 
 
 def build_communities(
-    vectors: np.ndarray, *, seed: int = 0, limits: TopicLimits | None = None
+    vectors: np.ndarray,
+    *,
+    seed: int = 0,
+    limits: TopicLimits | None = None,
+    stop: Stop | None = None,
 ) -> Communities:
     """Fit the topic hierarchy of ``vectors`` (one row each); deterministic for a seed.
 
     Broad topics are spherical k-means clusters of a sample of at most ``fit_sample``
     vectors; each is split again into fine topics the same way. Assigning the vectors is a
     separate step (:meth:`Communities.assign`), so a caller may stream them in batches.
+
+    Raises:
+        TopicBuildStopped: ``stop`` answered true between two k-means rounds.
     """
     limits = limits or TopicLimits()
     rng = np.random.default_rng(seed)
@@ -164,7 +177,7 @@ def build_communities(
     if len(data) > limits.fit_sample:
         data = data[np.sort(rng.choice(len(data), limits.fit_sample, replace=False))]
     broad, labels = _spherical_kmeans(
-        data, topic_counts(len(data), limits.broad_max), rng, limits.iterations
+        data, topic_counts(len(data), limits.broad_max), rng, limits.iterations, stop
     )
     fine_centroids: list[np.ndarray] = []
     parents: list[int] = []
@@ -175,7 +188,7 @@ def build_communities(
             parents.append(topic)
             continue
         k = topic_counts(len(members), limits.fine_max)
-        centres, _ = _spherical_kmeans(members, k, rng, limits.iterations)
+        centres, _ = _spherical_kmeans(members, k, rng, limits.iterations, stop)
         fine_centroids.append(centres)
         parents.extend([topic] * len(centres))
     return Communities(
@@ -199,13 +212,19 @@ def _nearest(data: np.ndarray, centroids: np.ndarray, batch: int) -> np.ndarray:
 
 
 def _spherical_kmeans(
-    data: np.ndarray, k: int, rng: np.random.Generator, iterations: int
+    data: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    iterations: int,
+    stop: Stop | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``k`` unit centroids of ``data`` (unit rows) by cosine, and each row's cluster."""
     k = min(k, len(data))
     centroids = _plus_plus(data, k, rng)
     labels = _nearest(data, centroids, 16_384)
     for _ in range(iterations):
+        if stop is not None and stop():
+            raise TopicBuildStopped("the topic build was stopped")
         sums = np.zeros_like(centroids)
         np.add.at(sums, labels, data)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)

@@ -52,7 +52,12 @@ from agentic_retrieval.sources.local.store.topics import refresh as refresh_topi
 from agentic_retrieval.sources.local.store.vectors import (
     VectorIndex,
 )
-from agentic_retrieval.sources.topic_graph import TopicGraphSetting, TopicLimits, sample_by_topic
+from agentic_retrieval.sources.topic_graph import (
+    TopicBuildStopped,
+    TopicGraphSetting,
+    TopicLimits,
+    sample_by_topic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -285,18 +290,25 @@ class LocalStore(StoreContents):
     # ------------------------------------------------------------------ topics
 
     @leased
-    def refresh_topics(self, limits: TopicLimits | None = None) -> TopicIndexState:
+    def refresh_topics(
+        self, limits: TopicLimits | None = None, *, stoppable: bool = False
+    ) -> TopicIndexState:
         """Bring the topic index up to the store's current contents, here and now.
 
         New vectors are assigned to the existing topics, deleted ones dropped; past
         :data:`~.topics.REBUILD_SHARE` of change since the last full build, the topics are
         fitted again. One refresh at a time; searches meanwhile read the index as it was.
+
+        Raises:
+            TopicBuildStopped: ``stoppable`` and the store was closed meanwhile (a refresh
+                in the background stops rather than keep a deleted store open).
         """
+        stop = (lambda: self._closed) if stoppable else None
         with self._topic_lock:
             conn = self._connection()
             with self._snapshot():
                 generation = self.generation()
-            return refresh_topic_index(conn, self._write, generation, limits)
+            return refresh_topic_index(conn, self._write, generation, limits, stop)
 
     @leased
     def topic_state(self) -> TopicIndexState:
@@ -327,13 +339,15 @@ class LocalStore(StoreContents):
 
     def _refresh_topics_behind(self) -> None:
         try:
-            state = self.refresh_topics()
+            state = self.refresh_topics(stoppable=True)
             logger.info(
                 "topic index of %s: %d vectors, %d topics",
                 self.path,
                 state.vectors,
                 state.fine_topics,
             )
+        except TopicBuildStopped:
+            logger.info("topic index of %s: refresh stopped, the store was closed", self.path)
         except (StoreError, sqlite3.Error, OSError) as exc:  # the next stale search retries
             logger.warning("could not refresh the topic index of %s: %s", self.path, exc)
 

@@ -26,7 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentic_retrieval.sources.topic_graph import Communities, TopicLimits, build_communities
+from agentic_retrieval.sources.topic_graph import (
+    Communities,
+    Stop,
+    TopicBuildStopped,
+    TopicLimits,
+    build_communities,
+)
 
 TOPICS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS topic_assignments (
@@ -94,11 +100,16 @@ def refresh(
     write: Callable[[], AbstractContextManager[sqlite3.Connection]],
     generation: int,
     limits: TopicLimits | None = None,
+    stop: Stop | None = None,
 ) -> TopicIndexState:
     """Bring the topic index up to ``generation``: assign what is new, or rebuild.
 
     Reads happen before the write transaction (a reader's view), so writers wait only for
     the final rewrite of the tables.
+
+    Raises:
+        TopicBuildStopped: ``stop`` answered true (checked between rounds and batches);
+            nothing was written.
     """
     limits = limits or TopicLimits()
     state = read_state(conn)
@@ -107,8 +118,8 @@ def refresh(
     deleted = [int(r[0]) for r in conn.execute(_DELETED)]
     changed = state.changed + len(added) + len(deleted)
     if centroids is None or changed > REBUILD_SHARE * max(state.built_from, 1):
-        return _rebuild(conn, write, generation, limits)
-    rows = _assigned(conn, centroids, added, limits.batch)
+        return _rebuild(conn, write, generation, limits, stop)
+    rows = _assigned(conn, centroids, added, limits.batch, stop)
     with write() as tx:
         tx.executemany("DELETE FROM topic_assignments WHERE rid = ?", [(r,) for r in deleted])
         tx.executemany("INSERT OR REPLACE INTO topic_assignments VALUES (?, ?, ?)", rows)
@@ -139,6 +150,7 @@ def _rebuild(
     write: Callable[[], AbstractContextManager[sqlite3.Connection]],
     generation: int,
     limits: TopicLimits,
+    stop: Stop | None,
 ) -> TopicIndexState:
     rids = [int(r[0]) for r in conn.execute("SELECT rid FROM chunks WHERE vector IS NOT NULL")]
     rng = np.random.default_rng(0)
@@ -148,9 +160,11 @@ def _rebuild(
         else rids
     )
     communities = (
-        build_communities(_stack(_vectors(conn, sample)), seed=0, limits=limits) if sample else None
+        build_communities(_stack(_vectors(conn, sample)), seed=0, limits=limits, stop=stop)
+        if sample
+        else None
     )
-    rows = _assigned(conn, communities, rids, limits.batch) if communities is not None else []
+    rows = _assigned(conn, communities, rids, limits.batch, stop) if communities else []
     state = TopicIndexState(
         generation=generation,
         vectors=len(rows),
@@ -177,11 +191,17 @@ def _rebuild(
 
 
 def _assigned(
-    conn: sqlite3.Connection, communities: Communities, rids: Sequence[int], batch: int
+    conn: sqlite3.Connection,
+    communities: Communities,
+    rids: Sequence[int],
+    batch: int,
+    stop: Stop | None = None,
 ) -> list[tuple[int, int, int]]:
     """``(rid, broad, fine)`` of each of ``rids``, their vectors read and assigned in batches."""
     rows: list[tuple[int, int, int]] = []
     for start in range(0, len(rids), batch):
+        if stop is not None and stop():
+            raise TopicBuildStopped("the topic refresh was stopped")
         found = list(_vectors(conn, rids[start : start + batch]))
         if not found:
             continue
