@@ -29,10 +29,12 @@ from agentic_retrieval.eval.datasets import (
     load_beir,
     load_questions,
 )
+from agentic_retrieval.eval.graphs import STAND_IN, GraphSetup
 from agentic_retrieval.eval.metrics import ir_metrics, require_eval_extra
 from agentic_retrieval.eval.pricing import Price, load_prices
 from agentic_retrieval.eval.report import ConfigurationResult, EvalReport, compare, summarize
 from agentic_retrieval.eval.runner import QuestionDone, run_configuration
+from agentic_retrieval.eval.standin import OntologyStandInModel
 from agentic_retrieval.eval.targets import (
     DirectoryTarget,
     EvalTarget,
@@ -43,6 +45,7 @@ from agentic_retrieval.eval.targets import (
 from agentic_retrieval.graph.sync import run_sync
 from agentic_retrieval.kb.directory import MANIFEST_NAME
 from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.llm.chat_models import model_identity
 
 Target = str | Path | KnowledgeBase | EvalDataset
 EmbeddingsOption = str | Embeddings | Literal[False] | None
@@ -80,6 +83,7 @@ def evaluate(
     progress: Progress | None = None,
     notes: Sequence[str] = (),
     warm_up: bool = True,
+    graph: GraphSetup | str | Path | None = None,
 ) -> EvalReport:
     """Evaluate configurations on labelled questions; see :func:`aevaluate` for the arguments.
 
@@ -102,6 +106,7 @@ def evaluate(
             progress=progress,
             notes=notes,
             warm_up=warm_up,
+            graph=graph,
         )
     )
 
@@ -123,6 +128,7 @@ async def aevaluate(
     progress: Progress | None = None,
     notes: Sequence[str] = (),
     warm_up: bool = True,
+    graph: GraphSetup | str | Path | None = None,
 ) -> EvalReport:
     """Evaluate configurations on labelled questions.
 
@@ -134,7 +140,9 @@ async def aevaluate(
             BEIR dataset).
         split: The BEIR qrels split.
         chat_model: The chat model for low/medium effort and answer synthesis (object or
-            ``provider:model``; default ``$AGENTIC_RETRIEVAL_CHAT_MODEL``).
+            ``provider:model``; default ``$AGENTIC_RETRIEVAL_CHAT_MODEL``); with ``graph``,
+            also the graph's extraction model unless the setup names one, and
+            ``"stand-in"`` for the ontology's rule-based stand-in (no LLM).
         embeddings: For hybrid retrieval: a model name (``local``, ``provider:model``) to
             index a BEIR corpus with, or an ``Embeddings`` object for a knowledge-base
             directory (default: the bundled model for a BEIR corpus, the model each source
@@ -154,6 +162,9 @@ async def aevaluate(
         warm_up: Ask each configuration's first question once, untimed and model-free,
             before its timed run, so no configuration's latency carries start-up costs
             (the first one's would otherwise: opening stores, loading models, imports).
+        graph: For configurations with ``graph``: a :class:`GraphSetup`, or the path of a
+            JSON-LD ontology. Each local source's entity graph is extracted (into the
+            cache, changed documents only) before the questions are asked.
 
     Raises:
         DatasetError: Missing or malformed dataset, questions or judgements.
@@ -165,13 +176,16 @@ async def aevaluate(
     unique_names(chosen)
     progress = progress or Progress()
     table = load_prices(prices) if prices is not None else None
+    setup = _graph_setup(graph)
+    chat_model = _chat_model(chat_model, setup)
     dataset, eval_target, chosen = _open(
-        target, chosen, questions, split, chat_model, embeddings, cache_dir, progress
+        target, chosen, questions, split, chat_model, embeddings, cache_dir, progress, setup
     )
     notes = [*notes, *dataset.notes]
     try:
         asked = _limited(dataset.questions, limit, notes)
         knowledge_bases = [eval_target.knowledge_base(c) for c in chosen]
+        notes += await eval_target.prepare()
         for kb, configuration in zip(knowledge_bases, chosen, strict=True):
             check_model(kb, configuration)
         results = [
@@ -180,13 +194,18 @@ async def aevaluate(
         ]
     finally:
         eval_target.close()
+    models = _models(knowledge_bases, chosen, eval_target)
     report = EvalReport(
         dataset=dataset.name,
         results=results,
         comparisons=compare(results, asked, seed),
-        notes=notes + _cost_notes(results),
+        notes=notes + _cost_notes(results) + _model_notes(models),
         questions=asked,
-        info={**_info(dataset, eval_target, chosen, seed, concurrency), "warm_up": warm_up},
+        info={
+            **_info(dataset, eval_target, chosen, seed, concurrency),
+            "warm_up": warm_up,
+            "models": models,
+        },
     )
     if output_dir is not None:
         from agentic_retrieval.eval.outputs import write_outputs
@@ -204,6 +223,7 @@ def _open(
     embeddings: EmbeddingsOption,
     cache_dir: str | Path | None,
     progress: Progress,
+    graph: GraphSetup | None = None,
 ) -> tuple[EvalDataset, EvalTarget, list[Configuration]]:
     """The dataset, the target, and the configurations as they will run."""
     if isinstance(target, KnowledgeBase):
@@ -227,7 +247,9 @@ def _open(
         )
         dataset.notes.extend(cached.notes())
         vectors = embeddings if isinstance(embeddings, Embeddings) else None
-        eval_target = DirectoryTarget(cached.path, chat_model=chat_model, embeddings=vectors)
+        eval_target = DirectoryTarget(
+            cached.path, chat_model=chat_model, embeddings=vectors, graph=graph, cache_dir=cache_dir
+        )
         dataset.notes.append(_retrieval_note(configurations, model))
     else:
         path = Path(target)
@@ -239,7 +261,9 @@ def _open(
         if embeddings is False:  # lexical only: nothing runs "as indexed" with vectors
             configurations = _with_retrieval(configurations, "lexical", embeddings)
         vectors = embeddings if isinstance(embeddings, Embeddings) else None
-        eval_target = DirectoryTarget(path, chat_model=chat_model, embeddings=vectors)
+        eval_target = DirectoryTarget(
+            path, chat_model=chat_model, embeddings=vectors, graph=graph, cache_dir=cache_dir
+        )
         dataset = EvalDataset(eval_target.name, _questions(questions))
     keys = dataset.document_keys if dataset.corpus is not None else eval_target.document_keys()
     dataset.questions = resolve_judgements(dataset.questions, keys)
@@ -274,6 +298,60 @@ def _retrieval_note(configurations: Sequence[Configuration], model: str | None) 
         f"retrieval: {', '.join(modes)} (hybrid: BM25 fused with vectors of {model!r}, the "
         "default; --no-embeddings: lexical only, no model loaded)"
     )
+
+
+def _graph_setup(graph: GraphSetup | str | Path | None) -> GraphSetup | None:
+    if graph is None or isinstance(graph, GraphSetup):
+        return graph
+    return GraphSetup.from_file(graph)
+
+
+def _chat_model(
+    chat_model: BaseChatModel | str | None, graph: GraphSetup | None
+) -> BaseChatModel | str | None:
+    """``chat_model``, the ontology stand-in when it is ``"stand-in"``.
+
+    Raises:
+        EvalConfigurationError: The stand-in without an ontology to build it from.
+    """
+    if chat_model != STAND_IN:
+        return chat_model
+    if graph is None:
+        raise EvalConfigurationError(
+            "the stand-in chat model is built from an ontology: give one (--graph FILE)"
+        )
+    return OntologyStandInModel.from_ontology(graph.ontology, graph.ontology_name)
+
+
+def _models(
+    knowledge_bases: Sequence[KnowledgeBase],
+    configurations: Sequence[Configuration],
+    target: EvalTarget,
+) -> dict[str, str | None]:
+    """Which models produced the figures: planning (per configuration) and graph extraction."""
+    models: dict[str, str | None] = {}
+    for kb, configuration in zip(knowledge_bases, configurations, strict=True):
+        context = configuration.context(kb.defaults)
+        uses_model = configuration.needs_model or configuration.graph
+        chosen = kb.bindings.models.choice("planning", context) if uses_model else None
+        models[configuration.name] = _model_name(chosen)
+    if isinstance(target, DirectoryTarget):
+        models["graph extraction"] = target.graph_model_name
+    return models
+
+
+def _model_notes(models: Mapping[str, str | None]) -> list[str]:
+    """Which model produced which figures, when any model did."""
+    named = {k: v for k, v in models.items() if v is not None}
+    if not named:
+        return []
+    return ["models: " + "; ".join(f"{k}: {v!r}" for k, v in named.items())]
+
+
+def _model_name(model: BaseChatModel | str | None) -> str | None:
+    if model is None or isinstance(model, str):
+        return model
+    return model_identity(model).model_name
 
 
 def _is_beir(target: Target) -> bool:

@@ -43,6 +43,9 @@ class Configuration:
             here) keeps whole rankings, so rank metrics such as R@100 measure ranking, not the
             threshold; set a number to measure a threshold's cost, or ``"default"`` for a
             knowledge base's own rule (2.5 on calibrated relevance scores only).
+        graph: Also search each source's entity graph (``graphParameters`` with hydrated
+            evidence chunks); needs an evaluation given an ontology (``graph=`` of
+            :func:`~agentic_retrieval.eval.api.evaluate`, ``--graph`` of the CLI).
     """
 
     effort: str = "minimal"
@@ -52,6 +55,7 @@ class Configuration:
     output_mode: str = "extractiveData"
     label: str | None = None
     reranker_threshold: Threshold = None
+    graph: bool = False
 
     def __post_init__(self) -> None:
         """Reject unknown values with the allowed ones; ``indexed`` is stored as ``None``."""
@@ -91,6 +95,8 @@ class Configuration:
             parts.append(f"threshold-{self.reranker_threshold}")
         elif self.reranker_threshold is not None:
             parts.append(f"threshold{self.reranker_threshold:g}")
+        if self.graph:
+            parts.append("graph")
         return "/".join(parts)
 
     @property
@@ -124,8 +130,12 @@ def configuration_grid(
     rerankers: Sequence[str | None] = (None,),
     top_ns: Sequence[int] = (DEFAULT_TOP_N,),
     output_modes: Sequence[str] = ("extractiveData",),
+    graphs: Sequence[bool] = (False,),
 ) -> tuple[list[Configuration], list[str]]:
     """Every combination of the given values, in the given order (the first is the baseline).
+
+    With ``graphs=(False, True)`` each combination runs without and then with its graph
+    search, side by side.
 
     Returns:
         The configurations, and a note for each combination that cannot run
@@ -136,13 +146,13 @@ def configuration_grid(
     """
     configurations: list[Configuration] = []
     skipped: list[str] = []
-    for mode, effort, retrieval, reranker, top_n in itertools.product(
-        output_modes, efforts, retrievals, rerankers, top_ns
+    for mode, effort, retrieval, reranker, top_n, graph in itertools.product(
+        output_modes, efforts, retrievals, rerankers, top_ns, graphs
     ):
         if effort == "minimal" and mode == "answerSynthesis":
             skipped.append("minimal effort with answerSynthesis cannot run (no model): left out")
             continue
-        configurations.append(Configuration(effort, retrieval, reranker, top_n, mode))
+        configurations.append(Configuration(effort, retrieval, reranker, top_n, mode, graph=graph))
     if not configurations:
         raise EvalConfigurationError(
             "no configuration can run: " + "; ".join(dict.fromkeys(skipped))

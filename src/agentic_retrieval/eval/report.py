@@ -35,6 +35,11 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("model_calls", "calls/q", ".2f"),
     ("tokens", "tokens/q", ".0f"),
     ("source_queries", "searches/q", ".2f"),
+    ("chunks", "chunks/q", ".1f"),
+    ("graph_searches", "graph/q", ".2f"),
+    ("graph_query_rate", "gql ran", ".2f"),
+    ("graph_fallback_rate", "fallback", ".2f"),
+    ("graph_attempts", "gql calls", ".2f"),
     ("cost", "USD/q", ".5f"),
     ("errors", "errors", "d"),
 )
@@ -64,6 +69,7 @@ class ConfigurationResult:
                 "reranker": self.configuration.reranker,
                 "top_n": self.configuration.top_n,
                 "output_mode": self.configuration.output_mode,
+                "graph": self.configuration.graph,
             },
             "summary": self.summary,
         }
@@ -109,8 +115,33 @@ def summarize(
         tokens=sum(q.input_tokens + q.output_tokens for q in queries) / count,
         source_queries=sum(q.source_queries for q in queries) / count,
         cost=sum(costs) / count if costs and len(costs) == len(queries) else None,
+        chunks=sum(q.chunks for q in queries) / count,
     )
+    summary.update(graph_activity(queries))
     return summary
+
+
+def graph_activity(queries: Sequence[QueryResult]) -> dict[str, float | None]:
+    """What the graph searches did, ``None`` each where none ran.
+
+    ``graph_searches`` per question; of the graph searches, the share a model-written query
+    answered (``graph_query_rate``), the share entity matching answered
+    (``graph_fallback_rate``, failures excluded) and model calls for a query per search
+    (``graph_attempts``).
+    """
+    searches = sum(q.graph_searches for q in queries)
+    if not searches:
+        return dict.fromkeys(
+            ("graph_searches", "graph_query_rate", "graph_fallback_rate", "graph_attempts")
+        )
+    answered = sum(q.graph_queries for q in queries)
+    failed = sum(q.graph_errors for q in queries)
+    return {
+        "graph_searches": searches / (len(queries) or 1),
+        "graph_query_rate": answered / searches,
+        "graph_fallback_rate": (searches - answered - failed) / searches,
+        "graph_attempts": sum(q.graph_attempts for q in queries) / searches,
+    }
 
 
 def compare(
@@ -182,12 +213,17 @@ class EvalReport:
         return [{"configuration": r.configuration.name, **r.summary} for r in self.results]
 
     def columns(self) -> list[tuple[str, str, str]]:
-        """The table columns that have a value for some configuration."""
+        """The table columns that have a value for some configuration.
+
+        ``errors`` only when a question failed; ``chunks/q`` only beside graph searches.
+        """
+        graph = any(r.configuration.graph for r in self.results)
         return [
             column
             for column in TABLE_COLUMNS
             if any(r.summary.get(column[0]) is not None for r in self.results)
             and (column[0] != "errors" or any(r.summary["errors"] for r in self.results))
+            and (column[0] != "chunks" or graph)  # beside the graph's columns: what it added
         ]
 
     def to_dict(self, include_queries: bool = True) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from agentic_retrieval.eval.metrics import citation_check, evidence_found
 from agentic_retrieval.eval.pricing import Price, cost
 from agentic_retrieval.eval.usage import UsageCounter
 from agentic_retrieval.knowledge_base import KnowledgeBase
+from agentic_retrieval.sources.base import GraphKnowledgeSource
 from agentic_retrieval.wire.models import RetrieveResponse
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,14 @@ class QueryResult:
     citations: dict[str, Any] | None = None
     answer: str | None = None
     unpriced: list[str] = field(default_factory=list)
+    graph_searches: int = 0
+    """Graph searches run (``graphSearch`` records)."""
+    graph_queries: int = 0
+    """Of those, the ones answered by a model-written query (``outcome: Success``)."""
+    graph_attempts: int = 0
+    """Model calls made for graph queries, over every graph search."""
+    graph_errors: int = 0
+    """Graph searches that failed (an ``error`` in the record)."""
 
     @property
     def evidence_recall(self) -> float | None:
@@ -68,9 +77,17 @@ class QueryResult:
         return data
 
 
-def build_request(kb: KnowledgeBase, question: Question) -> dict[str, Any]:
-    """The retrieve request for a question: its turns, and source data on every reference."""
-    return {
+GRAPH_PARAMETERS: dict[str, Any] = {"includeQuery": True, "provenance": {"kind": "hydrate"}}
+"""What a configuration with ``graph`` asks of every source with an entity graph: the query
+it ran (in the activity) and the chunks behind the rows (the evidence that is scored)."""
+
+
+def build_request(kb: KnowledgeBase, question: Question, graph: bool = False) -> dict[str, Any]:
+    """The retrieve request for a question: its turns, and source data on every reference.
+
+    With ``graph``, every source that has an entity graph is also graph-searched.
+    """
+    request: dict[str, Any] = {
         "messages": [
             {"role": role, "content": [{"type": "text", "text": text}]}
             for role, text in question.messages
@@ -81,6 +98,11 @@ def build_request(kb: KnowledgeBase, question: Question) -> dict[str, Any]:
             for name, source in kb.sources.items()
         ],
     }
+    if graph:
+        for params in request["knowledgeSourceParams"]:
+            if isinstance(kb.sources[params["knowledgeSourceName"]], GraphKnowledgeSource):
+                params["graphParameters"] = GRAPH_PARAMETERS
+    return request
 
 
 async def run_question(
@@ -96,7 +118,9 @@ async def run_question(
     started = time.perf_counter()
     try:
         response = await kb.aretrieve(
-            build_request(kb, question), config={"callbacks": [counter]}, defaults=context
+            build_request(kb, question, configuration.graph),
+            config={"callbacks": [counter]},
+            defaults=context,
         )
     except InvalidRequestError as exc:
         result.error = str(exc)
@@ -143,12 +167,25 @@ def _read_response(
             result.source_queries += 1
         if record.error is not None:
             result.source_errors.append(f"{record.type}: {record.error.message}")
+        if record.type == "graphSearch":
+            _count_graph_search(result, data)
     if question.evidence:
         retrieved = "\n".join(str((r.source_data or {}).get("content", "")) for r in references)
         result.evidence = evidence_found(question.evidence, retrieved)
     if configuration.output_mode == "answerSynthesis":
         result.answer = response.text
         result.citations = citation_check(response.text, [r.id for r in references])
+
+
+def _count_graph_search(result: QueryResult, record: dict[str, Any]) -> None:
+    """Add one ``graphSearch`` record to the question's graph activity."""
+    arguments = record.get("graphSearchArguments") or {}
+    result.graph_searches += 1
+    result.graph_attempts += int(arguments.get("attempts") or 0)
+    if "error" in record:
+        result.graph_errors += 1
+    elif arguments.get("outcome") == "Success":
+        result.graph_queries += 1
 
 
 async def run_configuration(

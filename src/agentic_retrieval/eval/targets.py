@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -18,10 +18,13 @@ from langchain_core.language_models import BaseChatModel
 from agentic_retrieval.errors import EvalConfigurationError, InvalidRequestError
 from agentic_retrieval.eval.configurations import Configuration
 from agentic_retrieval.eval.datasets import MAX_LISTED, DatasetError, Question
+from agentic_retrieval.eval.graphs import GraphSetup, extract_graphs, with_graphs
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.knowledge_base import KnowledgeBase
-from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR
+from agentic_retrieval.llm.chat_models import MODEL_ENV_VAR, model_identity
 from agentic_retrieval.rerankers.registry import reranker_by_name
+from agentic_retrieval.sources.base import GraphKnowledgeSource
+from agentic_retrieval.sources.graph import EntityGraphSource
 from agentic_retrieval.sources.local import LocalKnowledgeSource
 from agentic_retrieval.sources.local.ingest import slugify
 from agentic_retrieval.wire.retrieve import check_request, parse_request
@@ -43,6 +46,10 @@ class EvalTarget:
         """Every document key judgements may name (``None``: cannot be listed)."""
         return None
 
+    async def prepare(self) -> list[str]:
+        """Build what the knowledge bases need before the first question; notes on it."""
+        return []
+
     def close(self) -> None:
         """Release what was opened."""
 
@@ -56,6 +63,8 @@ class DirectoryTarget(EvalTarget):
             ``None``: ``$AGENTIC_RETRIEVAL_CHAT_MODEL``).
         embeddings: An ``Embeddings`` for hybrid sources (``None``: each source's recorded
             model, built by name).
+        graph: How configurations with ``graph`` get their entity graphs.
+        cache_dir: Where the graphs' edge lists are cached (default: ``<cache>/eval``).
     """
 
     def __init__(
@@ -64,11 +73,17 @@ class DirectoryTarget(EvalTarget):
         *,
         chat_model: BaseChatModel | str | None = None,
         embeddings: Embeddings | None = None,
+        graph: GraphSetup | None = None,
+        cache_dir: str | Path | None = None,
     ) -> None:
         self.path = Path(path)
         self.chat_model = chat_model
         self.embeddings = embeddings
+        self.graph = graph
+        self.cache_dir = cache_dir
         self._directories: dict[str, KnowledgeBaseDirectory] = {}
+        self._graph_model: BaseChatModel | None = None
+        self._graph_sources: list[EntityGraphSource] = []
         self.name = self._directory("lexical").name
 
     def _directory(self, retrieval: str) -> KnowledgeBaseDirectory:
@@ -99,14 +114,42 @@ class DirectoryTarget(EvalTarget):
     def knowledge_base(self, configuration: Configuration) -> KnowledgeBase:
         """A knowledge base over the sources for the configuration's retrieval mode."""
         directory = self._directory(configuration.retrieval or "indexed")
+        sources: list[Any] = list(self.sources(configuration.retrieval))
+        if configuration.graph:
+            sources = self._with_graphs(configuration, sources)
         return KnowledgeBase(
-            self.sources(configuration.retrieval),
+            sources,
             name=directory.name,
             description=directory.description,
             chat_model=self.chat_model,
             reranker=reranker_by_name(configuration.reranker),
             defaults=configuration.context(),
         )
+
+    def _with_graphs(self, configuration: Configuration, sources: list[Any]) -> list[Any]:
+        if self.graph is None:
+            raise EvalConfigurationError(
+                f"configuration {configuration.name} searches an entity graph: give the "
+                "evaluation an ontology (--graph FILE, or graph= from Python)"
+            )
+        if self._graph_model is None:
+            self._graph_model = self.graph.resolve_model(self.chat_model)
+        wrapped = with_graphs(sources, self.graph, self._graph_model, self.cache_dir)
+        self._graph_sources += [s for s in wrapped if isinstance(s, EntityGraphSource)]
+        return wrapped
+
+    @property
+    def graph_model_name(self) -> str | None:
+        """The graph extraction model's name (``None``: no graph was extracted)."""
+        if self._graph_model is None:
+            return None
+        return model_identity(self._graph_model).model_name
+
+    async def prepare(self) -> list[str]:
+        """Extract the entity graphs the configurations search (changed documents only)."""
+        if self.graph is None or self._graph_model is None or not self._graph_sources:
+            return []
+        return await extract_graphs(self._graph_sources, self.graph, self._graph_model)
 
     def document_keys(self) -> set[str]:
         """Record ids and file slugs of every source."""
@@ -140,6 +183,13 @@ class KnowledgeBaseTarget(EvalTarget):
                 f"configuration {configuration.name}: a KnowledgeBase object is evaluated with "
                 "its own sources and reranker; to compare lexical/hybrid or rerankers, "
                 "evaluate its knowledge-base directory (or build one KnowledgeBase per setting)"
+            )
+        if configuration.graph and not any(
+            isinstance(s, GraphKnowledgeSource) for s in self.kb.sources.values()
+        ):
+            raise EvalConfigurationError(
+                f"configuration {configuration.name} searches an entity graph, and no source "
+                f"of {self.kb.name!r} has one (attach it with EntityGraphSource.open)"
             )
         return self.kb
 

@@ -104,11 +104,27 @@ def eval_command(
         Path | None, typer.Option(help="Where indexed --dataset corpora are cached.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the significance resampling.")] = 0,
+    graph: Annotated[
+        Path | None,
+        typer.Option(
+            help="A JSON-LD ontology: extract each source's entity graph with the chat model "
+            "and run every configuration without and with graphParameters, side by side."
+        ),
+    ] = None,
+    chat_model: Annotated[
+        str | None,
+        typer.Option(
+            help="The chat model (provider:model; an OpenAI-compatible server through "
+            "OPENAI_BASE_URL with openai:NAME), or 'stand-in' (rule-based, from the --graph "
+            "ontology; no LLM). Default: $AGENTIC_RETRIEVAL_CHAT_MODEL."
+        ),
+    ] = None,
 ) -> None:
     """Compare retrieval configurations on a labelled question set: quality, cost, latency.
 
     Every combination of the comma lists runs over the same questions; the first one is the
-    baseline the others are tested against (paired randomization test, bootstrap CI).
+    baseline the others are tested against (paired randomization test, bootstrap CI). With
+    --graph, each runs without and then with a graph search of every source's entity graph.
     """
     from agentic_retrieval.eval.api import Progress as Callbacks
     from agentic_retrieval.eval.api import evaluate
@@ -120,6 +136,7 @@ def eval_command(
         rerankers=parse_list(reranker, "--reranker") or [None],
         top_ns=[_integer(v, "--top-n") for v in parse_list(top_n, "--top-n")],
         output_modes=parse_list(output_mode, "--output-mode"),
+        graphs=(False, True) if graph is not None else (False,),
     )
     if embeddings and no_embeddings:
         raise EvalConfigurationError("--embeddings and --no-embeddings contradict each other")
@@ -141,6 +158,8 @@ def eval_command(
             seed=seed,
             progress=Callbacks(**callbacks),
             notes=skipped,
+            chat_model=chat_model,
+            graph=graph,
         )
     render_report(report)
     if output is not None:
