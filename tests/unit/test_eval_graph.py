@@ -214,3 +214,27 @@ def test_the_stand_in_refuses_what_it_cannot_do():
     model = OntologyStandInModel.from_ontology(json.dumps(ONTOLOGY))
     with pytest.raises(NotImplementedError, match="cannot answer free text"):
         model.invoke("Write an answer")
+
+
+def test_a_graph_configuration_is_compared_with_its_twin_without_the_graph(toy, tmp_path):
+    report = run(
+        toy,
+        tmp_path,
+        Configuration(top_n=1),
+        Configuration(top_n=10),
+        Configuration(top_n=10, graph=True),
+    )
+    baselines = {(c.configuration, c.baseline) for c in report.comparisons}
+    assert baselines == {
+        ("minimal/lexical/default/top10", "minimal/lexical/default/top1"),
+        ("minimal/lexical/default/top10/graph", "minimal/lexical/default/top10"),
+    }
+    graphed = next(
+        c
+        for c in report.comparisons
+        if c.configuration.endswith("/graph") and c.metric == "evidence_recall"
+    )
+    assert (graphed.baseline_mean, graphed.mean) == (0.5, 1.0)
+    assert "| minimal/lexical/default/top10/graph (vs minimal/lexical/default/top10) |" in (
+        report.markdown()
+    )

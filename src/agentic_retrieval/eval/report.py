@@ -7,6 +7,7 @@ validity, and over every question for latency, model calls, tokens, source queri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,13 +148,24 @@ def graph_activity(queries: Sequence[QueryResult]) -> dict[str, float | None]:
 def compare(
     results: Sequence[ConfigurationResult], questions: Sequence[Question], seed: int = 0
 ) -> list[Comparison]:
-    """Every configuration against the first, per metric, on the questions both can score."""
+    """Every configuration against the first, per metric, on the questions both can score.
+
+    A configuration with ``graph`` is compared with its twin without the graph (the same
+    settings otherwise) when that ran too: what the graph search adds, nothing else.
+    """
     if len(results) < 2:
         return []
-    baseline = results[0]
+    twins = {
+        dataclasses.replace(r.configuration, graph=False): r
+        for r in results
+        if not r.configuration.graph
+    }
     evidence_ids = [q.id for q in questions if q.evidence]
     comparisons = []
     for other in results[1:]:
+        baseline = results[0]
+        if other.configuration.graph:
+            baseline = twins.get(dataclasses.replace(other.configuration, graph=False), baseline)
         for metric in COMPARED_METRICS:
             a, b = _paired(baseline, other, metric, evidence_ids)
             if a:
@@ -268,7 +280,7 @@ class EvalReport:
         if shown:
             lines += ["", "| vs baseline | metric | Δ | 95% CI | p |", "|---|---|---|---|---|"]
             lines += [
-                f"| {c.configuration} | {c.metric} | {c.delta:+.3f} | "
+                f"| {self._compared(c)} | {c.metric} | {c.delta:+.3f} | "
                 f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.p_value:.3f}{c.marker} |"
                 for c in shown
             ]
@@ -276,6 +288,12 @@ class EvalReport:
             lines += [""] + [f"- {note}" for note in self.notes]
         lines += self._failed_lines()
         return "\n".join(lines).rstrip() + "\n"
+
+    def _compared(self, comparison: Comparison) -> str:
+        """The configuration, and what it is compared with when not the baseline."""
+        if comparison.baseline == self.results[0].configuration.name:
+            return comparison.configuration
+        return f"{comparison.configuration} (vs {comparison.baseline})"
 
     def _failed_lines(self) -> list[str]:
         """Per configuration, the questions that failed, the worst first (a bounded list)."""

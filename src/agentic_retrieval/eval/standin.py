@@ -9,9 +9,10 @@ the ontology's JSON-LD and answers the three calls a graph evaluation makes, by 
   ``rdfs:label`` and ``skos:altLabel`` values. In every sentence of a chunk that holds a cue
   of a property, each entity named there that fits the property's domain is linked to each
   one that fits its range (the first named is the subject when either could be; confidence
-  0.5).
-- **graph query** (``GraphQueryPlan``): the first entity the question names, and
-  everything two edges away from it, in either direction.
+  0.5). A sentence naming no possible subject ("the bay", "it") takes the passage's first
+  named one, as a reader would.
+- **graph query** (``GraphQueryPlan``): the entity the question names with the longest
+  name (the most specific), and everything two edges away from it, in either direction.
 - **planning** (``QueryPlan``): the question as the one search query.
 
 Anything else (evidence assessment, answer synthesis) is refused: the stand-in measures
@@ -123,6 +124,7 @@ class Gazetteer:
     def triples(self, text: str) -> list[dict[str, Any]]:
         """The triples the rule reads from ``text`` (see the module docstring)."""
         found: dict[tuple[str, str, str], dict[str, Any]] = {}
+        everywhere = self.mentions(text)
         for sentence in _SENTENCE.split(text):
             folded = sentence.casefold()
             named = self.mentions(sentence)
@@ -130,7 +132,11 @@ class Gazetteer:
                 if not any(re.search(rf"(?<!\w){re.escape(c)}(?!\w)", folded) for c in cues):
                     continue
                 definition = self.ontology.properties[prop]
-                for subject in named:
+                subjects = [m for m in named if self.ontology.fits(definition.domain, m.entity.cls)]
+                if not subjects:  # "the bay", "it": the passage's subject, as a reader takes it
+                    topic = self._topic(everywhere, definition)
+                    subjects = [Mention(topic.entity, -1)] if topic else []
+                for subject in subjects:
                     for obj in named:
                         key = (subject.entity.name, prop, obj.entity.name)
                         if subject.entity == obj.entity or key in found:
@@ -145,6 +151,10 @@ class Gazetteer:
                                 "confidence": CONFIDENCE,
                             }
         return list(found.values())
+
+    def _topic(self, mentions: list[Mention], prop: Property) -> Mention | None:
+        """The passage's first-named entity that may be ``prop``'s subject."""
+        return next((m for m in mentions if self.ontology.fits(prop.domain, m.entity.cls)), None)
 
     def _links(self, prop: Property, subject: Mention, obj: Mention) -> bool:
         """Whether the rule links ``subject`` to ``obj`` by ``prop``.
@@ -161,11 +171,11 @@ class Gazetteer:
         return fits and (not reverse or subject.start < obj.start)
 
     def graph_query(self, question: str) -> str:
-        """A two-hop query around the first entity ``question`` names ('' when none)."""
+        """A two-hop query around the most specific entity ``question`` names ('' if none)."""
         named = self.mentions(question)
         if not named:
             return ""
-        first = named[0].entity
+        first = max(named, key=lambda m: len(m.entity.name)).entity  # the most specific
         return (
             f'MATCH (a:{first.cls} {{name: "{first.name}"}})-[]-(b)-[]-(c) '
             "RETURN a.name, b.name, c.name LIMIT 20"

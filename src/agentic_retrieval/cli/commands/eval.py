@@ -349,15 +349,19 @@ def comparison_table(report: EvalReport) -> Table | None:
     if not shown:
         return None
     table = Table(
-        title=f"against the baseline {report.results[0].configuration.name} "
+        title=f"against the baseline {report.results[0].configuration.name}, a graph search "
+        "against its twin without (paired randomization test; * p < 0.05)"
+        if any(r.configuration.graph for r in report.results)
+        else f"against the baseline {report.results[0].configuration.name} "
         "(paired randomization test; * p < 0.05)",
         title_justify="left",
     )
     for heading in ("configuration", "metric", "baseline", "value", "Δ", "95% CI", "p"):
         table.add_column(heading, justify="left" if heading == "configuration" else "right")
+    first = report.results[0].configuration.name
     for c in shown:
         table.add_row(
-            c.configuration,
+            c.configuration if c.baseline == first else f"{c.configuration} (vs {c.baseline})",
             c.metric,
             f"{c.baseline_mean:.3f}",
             f"{c.mean:.3f}",
