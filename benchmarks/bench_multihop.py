@@ -21,9 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentic_retrieval.eval import evaluate
+from agentic_retrieval.entitygraph import ResultRow
+from agentic_retrieval.eval import Question, evaluate
 from agentic_retrieval.eval.configurations import configuration_grid, parse_list
+from agentic_retrieval.eval.graphs import STAND_IN, GraphSetup, with_graphs
+from agentic_retrieval.eval.standin import OntologyStandInModel
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
+from agentic_retrieval.sources.graph import EntityGraphSource
+from agentic_retrieval.sources.local.ingest import slugify
 
 ROOT = Path(__file__).resolve().parent
 DATASET = ROOT / "datasets" / "earth-multihop"
@@ -75,7 +80,44 @@ def main() -> int:
     )
     print(f"split: {args.split}; load average: {os.getloadavg()[0]:.1f}")
     print(report.markdown())
+    if args.chat_model == STAND_IN:
+        print(reach(kb, args.work / "cache", report.questions))
     return 0
+
+
+def reach(kb: Path, cache: Path, questions: list[Question]) -> str:
+    """How many labelled pages the graph search itself reaches, before any ranking.
+
+    Entity matching (minimal effort) and the stand-in's two-hop query (low effort) are run
+    on the graph the evaluation extracted; a page is reached when a row rests on it.
+    """
+    setup = GraphSetup((DATASET / "ontology.jsonld").read_text(), STAND_IN)
+    model = setup.resolve_model(None)
+    directory = KnowledgeBaseDirectory(kb).load()
+    try:
+        (source,) = with_graphs(directory.open_sources(False), setup, model, cache)
+        assert isinstance(source, EntityGraphSource) and isinstance(model, OntologyStandInModel)
+        graph = source.entity_graph
+        folded = {k: slugify(k) for q in questions for k in q.relevant}
+        lines = ["| question | pages | reached by entity matching | by the two-hop query |"]
+        lines.append("|---|---|---|---|")
+        totals = [0, 0, 0]
+        for question in questions:
+            wanted = [folded[k] for k in question.relevant]
+            matched = _parents(graph.match_entities(question.text))
+            gql = model.gazetteer.graph_query(question.text)
+            queried = _parents(graph.query(gql).rows) if gql else set()
+            hits = [sum(w in found for w in wanted) for found in (matched, queried)]
+            totals = [totals[0] + len(wanted), totals[1] + hits[0], totals[2] + hits[1]]
+            lines.append(f"| {question.id} | {len(wanted)} | {hits[0]} | {hits[1]} |")
+        lines.append(f"| all | {totals[0]} | {totals[1]} | {totals[2]} |")
+        return "\n".join(lines)
+    finally:
+        directory.close()
+
+
+def _parents(rows: list[ResultRow]) -> set[str]:
+    return {a.source_parent_id for row in rows for a in row.evidence}
 
 
 if __name__ == "__main__":

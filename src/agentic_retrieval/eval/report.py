@@ -38,6 +38,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("source_queries", "searches/q", ".2f"),
     ("chunks", "chunks/q", ".1f"),
     ("graph_searches", "graph/q", ".2f"),
+    ("graph_evidence_recall", "graph evidence", ".3f"),
     ("graph_query_rate", "gql ran", ".2f"),
     ("graph_fallback_rate", "fallback", ".2f"),
     ("graph_attempts", "gql calls", ".2f"),
@@ -125,7 +126,9 @@ def summarize(
 def graph_activity(queries: Sequence[QueryResult]) -> dict[str, float | None]:
     """What the graph searches did, ``None`` each where none ran.
 
-    ``graph_searches`` per question; of the graph searches, the share a model-written query
+    ``graph_searches`` per question; the share of evidence strings the graph's own references
+    hold (``graph_evidence_recall``, over questions with evidence); of the graph searches, the
+    share a model-written query
     answered (``graph_query_rate``), the share entity matching answered
     (``graph_fallback_rate``, failures excluded) and model calls for a query per search
     (``graph_attempts``).
@@ -133,12 +136,19 @@ def graph_activity(queries: Sequence[QueryResult]) -> dict[str, float | None]:
     searches = sum(q.graph_searches for q in queries)
     if not searches:
         return dict.fromkeys(
-            ("graph_searches", "graph_query_rate", "graph_fallback_rate", "graph_attempts")
+            (
+                "graph_searches",
+                "graph_evidence_recall",
+                "graph_query_rate",
+                "graph_fallback_rate",
+                "graph_attempts",
+            )
         )
     answered = sum(q.graph_queries for q in queries)
     failed = sum(q.graph_errors for q in queries)
     return {
         "graph_searches": searches / (len(queries) or 1),
+        "graph_evidence_recall": mean(q.graph_evidence_recall for q in queries),
         "graph_query_rate": answered / searches,
         "graph_fallback_rate": (searches - answered - failed) / searches,
         "graph_attempts": sum(q.graph_attempts for q in queries) / searches,

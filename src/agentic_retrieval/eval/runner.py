@@ -64,16 +64,25 @@ class QueryResult:
     """Model calls made for graph queries, over every graph search."""
     graph_errors: int = 0
     """Graph searches that failed (an ``error`` in the record)."""
+    graph_evidence: list[bool] | None = None
+    """For each evidence string, whether the graph search's own references hold it."""
 
     @property
     def evidence_recall(self) -> float | None:
         """Share of the evidence strings found (``None`` without evidence)."""
         return sum(self.evidence) / len(self.evidence) if self.evidence else None
 
+    @property
+    def graph_evidence_recall(self) -> float | None:
+        """Share of the evidence strings in the graph's own references (``None``: no graph)."""
+        found = self.graph_evidence
+        return sum(found) / len(found) if found else None
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         data = asdict(self)
         data["evidence_recall"] = self.evidence_recall
+        data["graph_evidence_recall"] = self.graph_evidence_recall
         return data
 
 
@@ -172,6 +181,10 @@ def _read_response(
     if question.evidence:
         retrieved = "\n".join(str((r.source_data or {}).get("content", "")) for r in references)
         result.evidence = evidence_found(question.evidence, retrieved)
+        if result.graph_searches:
+            from_graph = [r for r in references if r.type == "graphSearch"]
+            text = "\n".join(str((r.source_data or {}).get("content", "")) for r in from_graph)
+            result.graph_evidence = evidence_found(question.evidence, text)
     if configuration.output_mode == "answerSynthesis":
         result.answer = response.text
         result.citations = citation_check(response.text, [r.id for r in references])
