@@ -127,6 +127,10 @@ def first_failure(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]
 def merge_hits(left: list[RetrievedHit], right: list[RetrievedHit]) -> list[RetrievedHit]:
     """Append hits from parallel branches, dropping exact repeats of (source, key, subquery).
 
+    A chunk a search found and a graph search hydrated for the same subquery is kept twice
+    (the graph's index is part of the key): ``rerank`` then keeps it as the graph's evidence,
+    which it could not if the reducer had already dropped whichever branch wrote second.
+
     Args:
         left: Hits already in the channel.
         right: Hits written by one or more branches in this step.
@@ -134,10 +138,10 @@ def merge_hits(left: list[RetrievedHit], right: list[RetrievedHit]) -> list[Retr
     Returns:
         The union, first occurrence kept, order stable.
     """
-    seen = {(h.source, h.doc_key, h.subquery_id) for h in left}
+    seen = {(h.source, h.doc_key, h.subquery_id, h.graph_index) for h in left}
     merged = list(left)
     for hit in right:
-        key = (hit.source, hit.doc_key, hit.subquery_id)
+        key = (hit.source, hit.doc_key, hit.subquery_id, hit.graph_index)
         if key not in seen:
             seen.add(key)
             merged.append(hit)

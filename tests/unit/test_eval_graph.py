@@ -110,6 +110,9 @@ def test_the_graph_run_finds_the_second_hop_the_graphless_run_misses(toy, tmp_pa
     (plain,), (graphed,) = without.queries, with_graph.queries
     assert plain.evidence == [True, False] and "d2" not in plain.documents
     assert graphed.evidence == [True, True] and "d2" in graphed.documents
+    # both phrases came through the graph's own references (d2 only through them)
+    assert graphed.graph_evidence == [True, True] and plain.graph_evidence is None
+    assert with_graph.summary["graph_evidence_recall"] == 1.0
     assert without.summary["evidence_recall"] == 0.5
     assert with_graph.summary["evidence_recall"] == 1.0
     assert with_graph.configuration.name == "minimal/lexical/default/top10/graph"

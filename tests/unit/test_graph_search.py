@@ -207,3 +207,33 @@ def test_a_chunk_found_by_search_and_hydrated_by_the_graph_is_kept_as_graph_evid
         kept, queries = unique_candidates([searched, hydrated])
         assert [(h.doc_key, h.graph_index) for h in kept] == [(graph_key, "news-graph")]
         assert queries[("news", graph_key)] == {"where is it", "graph question"}
+
+
+def test_a_chunk_both_searched_and_hydrated_in_one_run_comes_back_as_graph_evidence(tmp_path):
+    """The state's reducer used to drop whichever of the two branches wrote the chunk second
+    (the same source, key and subquery), so rerank never saw the graph's copy: a chunk the
+    search also found was always reported as the search's, however the graph reached it."""
+    source = graph_source(tmp_path)
+    question = "Who founded Beta Labs, the lab Acme Corp acquired?"
+    kb = KnowledgeBase([source])
+    response = kb.retrieve(
+        {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": question}]}],
+            "retrievalReasoningEffort": {"kind": "minimal"},
+            "knowledgeSourceParams": [
+                {
+                    "knowledgeSourceName": "companies",
+                    "kind": "searchIndex",
+                    "graphParameters": HYDRATE,
+                }
+            ],
+        }
+    ).model_dump(by_alias=True, mode="json")
+    searched = next(r for r in response["activity"] if r["type"] == "searchIndex")
+    assert searched["count"] >= 2  # the search finds both chunks by their words
+    chunks = {
+        r["docKey"]: r["type"]
+        for r in response["references"]
+        if "row" not in (r.get("sourceData") or {})
+    }
+    assert chunks == {"acme#0": "graphSearch", "beta#0": "graphSearch"}
