@@ -237,3 +237,29 @@ def test_a_chunk_both_searched_and_hydrated_in_one_run_comes_back_as_graph_evide
         if "row" not in (r.get("sourceData") or {})
     }
     assert chunks == {"acme#0": "graphSearch", "beta#0": "graphSearch"}
+
+
+def test_the_graphs_copy_of_a_searched_chunk_keeps_the_searchs_score() -> None:
+    """A hydrated chunk has no score of its own (0): kept as the graph's without the search's
+    score, a chunk the search ranked first fell below every other candidate (measured on the
+    Earth-book multi-hop questions: evidence recall 0.944 -> 0.444 at top 2)."""
+    from agentic_retrieval.graph.records import RetrievedHit
+    from agentic_retrieval.nodes.rerank import unique_candidates
+
+    def hit(key: str, score: float, graph: str | None) -> RetrievedHit:
+        return RetrievedHit(
+            doc_key=key,
+            content=f"text of {key}",
+            source="news",
+            score=score,
+            subquery_id="q0",
+            query="q",
+            activity_key="graph:q0:news" if graph else "search:q0:news",
+            graph_index=graph,
+        )
+
+    kept, _ = unique_candidates([hit("a", 7.5, None), hit("b", 3.0, None), hit("a", 0.0, "g")])
+    assert [(h.doc_key, h.graph_index, h.score) for h in kept] == [
+        ("a", "g", 7.5),
+        ("b", None, 3.0),
+    ]

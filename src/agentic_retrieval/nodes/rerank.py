@@ -258,7 +258,7 @@ def unique_candidates(
             if hit.graph_index is not None and first[key].graph_index is None:
                 # the graph reached it: graph evidence, not a search hit to judge by its
                 # likeness to the question (which a multi-hop answer's chunk need not have)
-                first[key] = hit
+                first[key] = _as_graph_evidence(hit, first[key])
     ordered = sorted(first.values(), key=lambda h: (rank[(h.source, h.doc_key)], -h.score))
     kept: list[RetrievedHit] = []
     index = _TwinIndex()
@@ -267,7 +267,7 @@ def unique_candidates(
         if twin is not None:
             original = kept[twin]
             if hit.graph_index is not None and original.graph_index is None:
-                kept[twin] = hit  # the graph's, as above
+                kept[twin] = _as_graph_evidence(hit, original)  # the graph's, as above
                 queries[(hit.source, hit.doc_key)] |= queries[(original.source, original.doc_key)]
             else:
                 queries[(original.source, original.doc_key)] |= queries[(hit.source, hit.doc_key)]
@@ -275,6 +275,17 @@ def unique_candidates(
         index.add(hit.content, len(kept))
         kept.append(hit)
     return kept, queries
+
+
+def _as_graph_evidence(hydrated: RetrievedHit, searched: RetrievedHit) -> RetrievedHit:
+    """The graph's copy of a chunk the search found too, with the search's own score.
+
+    A hydrated chunk carries no score of its own (0), so the graph's copy alone would rank
+    below the very hit the search ranked first. It keeps no vector similarity: its score is
+    then not calibrated relevance, and the threshold calibrated on likeness to the question
+    does not cut it (the reason it is kept as the graph's).
+    """
+    return hydrated.model_copy(update={"score": max(hydrated.score, searched.score)})
 
 
 class _TwinIndex:
