@@ -240,9 +240,10 @@ def test_a_chunk_both_searched_and_hydrated_in_one_run_comes_back_as_graph_evide
 
 
 def test_the_graphs_copy_of_a_searched_chunk_keeps_the_searchs_score() -> None:
-    """A hydrated chunk has no score of its own (0): kept as the graph's without the search's
-    score, a chunk the search ranked first fell below every other candidate (measured on the
-    Earth-book multi-hop questions: evidence recall 0.944 -> 0.444 at top 2)."""
+    """A hydrated chunk has no score or similarity of its own: kept as the graph's without
+    the search's, a chunk the search ranked first fell below every other candidate (measured
+    on the Earth-book multi-hop questions: evidence recall 0.944 -> 0.444 at top 2 lexical,
+    0.944 -> 0.444 at top 5 hybrid)."""
     from agentic_retrieval.graph.records import RetrievedHit
     from agentic_retrieval.nodes.rerank import unique_candidates
 
@@ -252,6 +253,7 @@ def test_the_graphs_copy_of_a_searched_chunk_keeps_the_searchs_score() -> None:
             content=f"text of {key}",
             source="news",
             score=score,
+            vector_similarity=None if graph else score / 10,
             subquery_id="q0",
             query="q",
             activity_key="graph:q0:news" if graph else "search:q0:news",
@@ -259,7 +261,7 @@ def test_the_graphs_copy_of_a_searched_chunk_keeps_the_searchs_score() -> None:
         )
 
     kept, _ = unique_candidates([hit("a", 7.5, None), hit("b", 3.0, None), hit("a", 0.0, "g")])
-    assert [(h.doc_key, h.graph_index, h.score) for h in kept] == [
-        ("a", "g", 7.5),
-        ("b", None, 3.0),
+    assert [(h.doc_key, h.graph_index, h.score, h.vector_similarity) for h in kept] == [
+        ("a", "g", 7.5, 0.75),
+        ("b", None, 3.0, 0.3),
     ]

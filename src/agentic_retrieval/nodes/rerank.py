@@ -278,14 +278,20 @@ def unique_candidates(
 
 
 def _as_graph_evidence(hydrated: RetrievedHit, searched: RetrievedHit) -> RetrievedHit:
-    """The graph's copy of a chunk the search found too, with the search's own score.
+    """The graph's copy of a chunk the search found too, ranked as the search ranked it.
 
-    A hydrated chunk carries no score of its own (0), so the graph's copy alone would rank
-    below the very hit the search ranked first. It keeps no vector similarity: its score is
-    then not calibrated relevance, and the threshold calibrated on likeness to the question
-    does not cut it (the reason it is kept as the graph's).
+    A hydrated chunk carries no score of its own (0) and no vector similarity, so the graph's
+    copy alone ranked below the very hit the search ranked first: it takes the search's score
+    and similarity. The threshold calibrated on likeness to the question still does not cut
+    it (:func:`_score` never counts a graph hit's score as calibrated).
     """
-    return hydrated.model_copy(update={"score": max(hydrated.score, searched.score)})
+    similarity = searched.vector_similarity
+    return hydrated.model_copy(
+        update={
+            "score": max(hydrated.score, searched.score),
+            "vector_similarity": hydrated.vector_similarity if similarity is None else similarity,
+        }
+    )
 
 
 class _TwinIndex:
@@ -372,7 +378,9 @@ async def _score(
             key = (hit.source, hit.doc_key)
             score = clamp_score(score)
             if key not in best or score > best[key]:
-                best[key], calibrated[key] = score, flag
+                # graph evidence is never cut as unlike the question: a multi-hop answer's
+                # chunk need not resemble it (the graph reached it through a row)
+                best[key], calibrated[key] = score, flag and hit.graph_index is None
     return best, calibrated, error, usage
 
 
