@@ -6,6 +6,7 @@ turns some of them into fixtures.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 from pathlib import Path
@@ -370,3 +371,76 @@ COMPANY_TRIPLES = {
     "gamma": [triple("Gamma Works", "Organization", "locatedIn", "Lyon", "City")],
 }
 """What a scripted extraction model answers for each document of COMPANY_DOCS (one chunk each)."""
+
+
+# --- a tiny multi-hop corpus for eval --graph ------------------------------------------------
+# "Where is the company Acme Corp acquired?" joins d1 (Acme Corp acquired Beta Labs) and d2
+# (Beta Labs' offices are in Oslo), which shares no word with the question; the ontology names
+# the entities and cue words the offline stand-in extracts by.
+
+MULTIHOP_ONTOLOGY = {
+    "@context": {
+        "owl": "http://www.w3.org/2002/07/owl#",
+        "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
+        "skos": "http://www.w3.org/2004/02/skos/core#",
+        "ex": "http://example.org/companies#",
+    },
+    "@graph": [
+        {"@id": "ex:Organization", "@type": "owl:Class"},
+        {"@id": "ex:City", "@type": "owl:Class"},
+        {
+            "@id": "ex:acquired",
+            "@type": "owl:ObjectProperty",
+            "rdfs:label": "acquired",
+            "skos:altLabel": ["bought"],
+            "rdfs:domain": {"@id": "ex:Organization"},
+            "rdfs:range": {"@id": "ex:Organization"},
+        },
+        {
+            "@id": "ex:locatedIn",
+            "@type": "owl:ObjectProperty",
+            "rdfs:label": "located in",
+            "skos:altLabel": ["offices in"],
+            "rdfs:domain": {"@id": "ex:Organization"},
+            "rdfs:range": {"@id": "ex:City"},
+        },
+        {"@id": "ex:acme", "@type": "ex:Organization", "rdfs:label": "Acme Corp"},
+        {
+            "@id": "ex:beta",
+            "@type": "ex:Organization",
+            "rdfs:label": "Beta Labs",
+            "skos:altLabel": "Beta",
+        },
+        {"@id": "ex:oslo", "@type": "ex:City", "rdfs:label": "Oslo"},
+        {"@id": "ex:lyon", "@type": "ex:City", "rdfs:label": "Lyon"},
+    ],
+}
+MULTIHOP_CORPUS = [
+    {"_id": "d1", "title": "Deal", "text": "Acme Corp acquired Beta Labs in 2021."},
+    {"_id": "d2", "title": "Offices", "text": "Beta Labs has its offices in Oslo, by the fjord."},
+    {"_id": "d3", "title": "Acme", "text": "Acme Corp is a company located in Lyon."},
+    {"_id": "d4", "title": "Weather", "text": "Oslo had a cold winter."},
+]
+MULTIHOP_QUESTION = "Where is the company that Acme Corp acquired located?"
+MULTIHOP_QUESTIONS = [
+    {
+        "id": "q1",
+        "question": MULTIHOP_QUESTION,
+        "relevant": ["d1", "d2"],
+        "evidence": ["acquired Beta Labs", "offices in Oslo"],
+    }
+]
+
+
+def write_multihop_toy(root: Path) -> Path:
+    """The multi-hop toy in BEIR layout, with questions.jsonl and ontology.jsonld beside it."""
+
+    def jsonl(rows: list[dict]) -> str:
+        return "".join(json.dumps(row) + "\n" for row in rows)
+
+    write(root / "corpus.jsonl", jsonl(MULTIHOP_CORPUS))
+    write(root / "queries.jsonl", jsonl([{"_id": "q1", "text": MULTIHOP_QUESTION}]))
+    write(root / "qrels" / "test.tsv", "q1\td1\t1\nq1\td2\t1\n")
+    write(root / "questions.jsonl", jsonl(MULTIHOP_QUESTIONS))
+    write(root / "ontology.jsonld", json.dumps(MULTIHOP_ONTOLOGY))
+    return root

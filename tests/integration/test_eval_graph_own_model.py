@@ -6,9 +6,8 @@ server through ``OPENAI_BASE_URL``; the real ``langchain-openai`` client extract
 
 from __future__ import annotations
 
-from tests.fakes import triple
+from tests.fakes import triple, write_multihop_toy
 from tests.integration.openai_standin import OpenAIStandIn
-from tests.unit.test_eval_graph import toy  # noqa: F401  (the fixture)
 from typer.testing import CliRunner
 
 from agentic_retrieval.cli import app
@@ -23,11 +22,8 @@ EXTRACTED = [
 ]
 
 
-def test_the_graph_is_extracted_by_the_users_model_and_named_in_the_report(
-    toy,  # noqa: F811
-    tmp_path,
-    monkeypatch,
-):
+def test_the_graph_is_extracted_by_the_users_model_and_named_in_the_report(tmp_path, monkeypatch):
+    toy = write_multihop_toy(tmp_path / "toy")
     with OpenAIStandIn({"ExtractedTriples": list(EXTRACTED)}) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "unused")

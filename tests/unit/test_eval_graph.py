@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.fakes import write
+from tests.fakes import MULTIHOP_ONTOLOGY as ONTOLOGY
+from tests.fakes import write, write_multihop_toy
 from typer.testing import CliRunner
 
 from agentic_retrieval.cli import app
@@ -22,73 +23,10 @@ from agentic_retrieval.eval.standin import Gazetteer, OntologyStandInModel
 
 runner = CliRunner()
 
-ONTOLOGY = {
-    "@context": {
-        "owl": "http://www.w3.org/2002/07/owl#",
-        "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
-        "skos": "http://www.w3.org/2004/02/skos/core#",
-        "ex": "http://example.org/companies#",
-    },
-    "@graph": [
-        {"@id": "ex:Organization", "@type": "owl:Class"},
-        {"@id": "ex:City", "@type": "owl:Class"},
-        {
-            "@id": "ex:acquired",
-            "@type": "owl:ObjectProperty",
-            "rdfs:label": "acquired",
-            "skos:altLabel": ["bought"],
-            "rdfs:domain": {"@id": "ex:Organization"},
-            "rdfs:range": {"@id": "ex:Organization"},
-        },
-        {
-            "@id": "ex:locatedIn",
-            "@type": "owl:ObjectProperty",
-            "rdfs:label": "located in",
-            "skos:altLabel": ["offices in"],
-            "rdfs:domain": {"@id": "ex:Organization"},
-            "rdfs:range": {"@id": "ex:City"},
-        },
-        {"@id": "ex:acme", "@type": "ex:Organization", "rdfs:label": "Acme Corp"},
-        {
-            "@id": "ex:beta",
-            "@type": "ex:Organization",
-            "rdfs:label": "Beta Labs",
-            "skos:altLabel": "Beta",
-        },
-        {"@id": "ex:oslo", "@type": "ex:City", "rdfs:label": "Oslo"},
-        {"@id": "ex:lyon", "@type": "ex:City", "rdfs:label": "Lyon"},
-    ],
-}
-CORPUS = [
-    {"_id": "d1", "title": "Deal", "text": "Acme Corp acquired Beta Labs in 2021."},
-    {"_id": "d2", "title": "Offices", "text": "Beta Labs has its offices in Oslo, by the fjord."},
-    {"_id": "d3", "title": "Acme", "text": "Acme Corp is a company located in Lyon."},
-    {"_id": "d4", "title": "Weather", "text": "Oslo had a cold winter."},
-]
-QUESTION = "Where is the company that Acme Corp acquired located?"
-QUESTIONS = [
-    {
-        "id": "q1",
-        "question": QUESTION,
-        "relevant": ["d1", "d2"],
-        "evidence": ["acquired Beta Labs", "offices in Oslo"],
-    }
-]
-
-
-def jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(row) + "\n" for row in rows)
-
 
 @pytest.fixture
 def toy(tmp_path) -> Path:
-    root = tmp_path / "toy"
-    write(root / "corpus.jsonl", jsonl(CORPUS))
-    write(root / "queries.jsonl", jsonl([{"_id": "q1", "text": QUESTION}]))
-    write(root / "qrels" / "test.tsv", "q1\td1\t1\nq1\td2\t1\n")
-    write(root / "questions.jsonl", jsonl(QUESTIONS))
-    write(root / "ontology.jsonld", json.dumps(ONTOLOGY))
-    return root
+    return write_multihop_toy(tmp_path / "toy")
 
 
 def run(toy: Path, tmp_path: Path, *configurations: Configuration, **options):
