@@ -48,6 +48,8 @@ def test_the_graph_run_finds_the_second_hop_the_graphless_run_misses(toy, tmp_pa
     (plain,), (graphed,) = without.queries, with_graph.queries
     assert plain.evidence == [True, False] and "d2" not in plain.documents
     assert graphed.evidence == [True, True] and "d2" in graphed.documents
+    # a row is a fact: it counts as the documents it was read from, never as a document
+    assert set(graphed.documents) == {"d1", "d2", "d3"}
     # both phrases came through the graph's own references (d2 only through them)
     assert graphed.graph_evidence == [True, True] and plain.graph_evidence is None
     assert with_graph.summary["graph_evidence_recall"] == 1.0
