@@ -412,6 +412,18 @@ class StoreUnavailableError(StoreError):
         self.reason = reason
 
 
+class DatabaseUnavailableError(StoreUnavailableError):
+    """The PostgreSQL database cannot be reached (down, restarting, unreachable).
+
+    Not the request's fault and not lasting: the service answers 503 with ``Retry-After``,
+    and the next operation connects again, so it recovers by itself once the database is back.
+
+    Args:
+        path: The database's URL without its password.
+        reason: What the driver said, in one line.
+    """
+
+
 class StoreClosedError(StoreUnavailableError):
     """The store was closed (e.g. its index or knowledge source was deleted meanwhile).
 

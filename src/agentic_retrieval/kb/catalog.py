@@ -32,7 +32,8 @@ from agentic_retrieval.kb.definitions import (
 )
 from agentic_retrieval.kb.index_documents import IndexDocuments
 from agentic_retrieval.kb.model_connections import first_chat_model
-from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.service import StoredDefinition
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.base import Reranker
@@ -60,7 +61,7 @@ class ServiceCatalog:
 
     def __init__(
         self,
-        service: ServiceDirectory,
+        service: ServiceState,
         *,
         chat_model: BaseChatModel | str | None = None,
         reranker: Reranker | None = None,

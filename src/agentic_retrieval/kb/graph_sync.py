@@ -40,7 +40,8 @@ from agentic_retrieval.entitygraph import ExtractionLimits, ExtractionReport
 from agentic_retrieval.kb.definitions import KnowledgeSourceDefinition
 from agentic_retrieval.kb.graph_extraction import graph_extraction
 from agentic_retrieval.kb.model_connections import chat_model
-from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.service import StoredDefinition
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.kb.source_kinds import file_source
 from agentic_retrieval.sources.graph import EntityGraphSource
 from agentic_retrieval.sources.local.documents import DocumentStore
@@ -87,7 +88,7 @@ class GraphSynchronizer:
         limits: What each synchronisation may spend (default: :class:`ExtractionLimits`).
     """
 
-    def __init__(self, service: ServiceDirectory, limits: ExtractionLimits | None = None) -> None:
+    def __init__(self, service: ServiceState, limits: ExtractionLimits | None = None) -> None:
         self.service = service
         self.limits = limits or ExtractionLimits()
         self._tasks: dict[str, asyncio.Task[None]] = {}

@@ -41,9 +41,9 @@ from agentic_retrieval.kb.service import (
     Conditions,
     DefinitionKind,
     DefinitionView,
-    ServiceDirectory,
     StoredDefinition,
 )
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 from agentic_retrieval.odata import ODataError, check_fields, filter_field_names, parse_filter
 from agentic_retrieval.permissions import permission_field_filter_message
@@ -97,7 +97,7 @@ UNLIMITED = DefinitionLimits(None, None, None)
 
 
 def put_index(
-    service: ServiceDirectory,
+    service: ServiceState,
     body: dict[str, Any],
     name: str | None = None,
     conditions: Conditions = UNCONDITIONAL,
@@ -136,7 +136,7 @@ def put_index(
 
 
 def put_knowledge_source(
-    service: ServiceDirectory,
+    service: ServiceState,
     body: dict[str, Any],
     name: str | None = None,
     conditions: Conditions = UNCONDITIONAL,
@@ -217,7 +217,7 @@ def check_base_filter(text: str, index: IndexDefinition) -> None:
 
 
 def put_knowledge_base(
-    service: ServiceDirectory,
+    service: ServiceState,
     body: dict[str, Any],
     name: str | None = None,
     conditions: Conditions = UNCONDITIONAL,
@@ -272,7 +272,7 @@ def put_knowledge_base(
 
 
 def delete_index(
-    service: ServiceDirectory, name: str, conditions: Conditions = UNCONDITIONAL
+    service: ServiceState, name: str, conditions: Conditions = UNCONDITIONAL
 ) -> StoredDefinition | None:
     """Delete an index and its documents (``None`` if there was none).
 
@@ -284,7 +284,7 @@ def delete_index(
 
 
 def delete_knowledge_source(
-    service: ServiceDirectory, name: str, conditions: Conditions = UNCONDITIONAL
+    service: ServiceState, name: str, conditions: Conditions = UNCONDITIONAL
 ) -> StoredDefinition | None:
     """Delete a knowledge source (and a file source's files).
 
@@ -298,7 +298,7 @@ def delete_knowledge_source(
 
 
 def delete_knowledge_base(
-    service: ServiceDirectory,
+    service: ServiceState,
     name: str,
     conditions: Conditions = UNCONDITIONAL,
     *,

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from agentic_retrieval.kb.definitions import SUPPORTED_SOURCE_KINDS, KnowledgeSourceDefinition
 from agentic_retrieval.kb.graph_extraction import graph_extraction
-from agentic_retrieval.kb.service import ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.service import StoredDefinition
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.kb.topic_profiles import topic_graph_default
 from agentic_retrieval.odata import FieldKind
 from agentic_retrieval.sources.base import KnowledgeSource
@@ -72,7 +73,7 @@ class HostedKind(ABC):
     @abstractmethod
     def store_name(
         self,
-        service: ServiceDirectory,
+        service: ServiceState,
         definition: KnowledgeSourceDefinition,
         stored: StoredDefinition,
     ) -> str | None:
@@ -120,7 +121,7 @@ class SearchIndexKind(HostedKind):
 
     def store_name(
         self,
-        service: ServiceDirectory,
+        service: ServiceState,
         definition: KnowledgeSourceDefinition,
         stored: StoredDefinition,
     ) -> str | None:
@@ -157,7 +158,7 @@ class FileKind(HostedKind):
 
     def store_name(
         self,
-        service: ServiceDirectory,
+        service: ServiceState,
         definition: KnowledgeSourceDefinition,
         stored: StoredDefinition,
     ) -> str | None:

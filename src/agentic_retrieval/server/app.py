@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from agentic_retrieval.embeddings import local_embeddings
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.graph_sync import GraphSynchronizer
-from agentic_retrieval.kb.service import ServiceDirectory
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
 from agentic_retrieval.server.auth import (
@@ -68,7 +68,7 @@ def create_app(
     *,
     settings: ServerSettings | None = None,
     mcp: bool = True,
-    service: ServiceDirectory | None = None,
+    service: ServiceState | None = None,
     openai: bool = True,
 ) -> FastAPI:
     """Build the ASGI app serving ``knowledge_bases`` and, with ``service``, managing more.

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentic_retrieval.errors import (
     AgenticRetrievalError,
+    DatabaseUnavailableError,
     IdentityRequiredError,
     InvalidDefinitionError,
     InvalidRequestError,
@@ -159,6 +160,13 @@ def api_error_for(exc: BaseException) -> ApiError | None:
             code=detail["code"],
             target=detail["target"],
             details=detail["details"],
+        )
+    if isinstance(exc, DatabaseUnavailableError):  # serve --store: it comes back by itself
+        return ApiError(
+            503,
+            f"The service's database is unavailable; retry shortly. {exc.reason}",
+            code="ServiceUnavailable",
+            headers={"Retry-After": "5"},
         )
     if isinstance(exc, ServiceUnavailableError):
         return ApiError(

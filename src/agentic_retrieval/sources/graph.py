@@ -31,6 +31,7 @@ from agentic_retrieval.entitygraph import (
     parse_ontology,
     sync_document,
 )
+from agentic_retrieval.errors import StoreError
 from agentic_retrieval.odata import Expr, FieldSchema
 from agentic_retrieval.sources.base import Hit, SearchQuery
 from agentic_retrieval.sources.local.document_source import DocumentKnowledgeSource
@@ -145,5 +146,15 @@ class EntityGraphSource:
 
 
 def _store_of(inner: StoredSource) -> LocalStore:
-    """The embedded store whose documents ``inner`` searches."""
-    return inner.store if isinstance(inner, LocalKnowledgeSource) else inner.documents.store
+    """The embedded store whose documents ``inner`` searches.
+
+    Raises:
+        StoreError: ``inner`` keeps its documents in PostgreSQL (no entity graph there yet).
+    """
+    store = inner.store if isinstance(inner, LocalKnowledgeSource) else inner.documents.store
+    if not isinstance(store, LocalStore):
+        raise StoreError(
+            f"{store.label}: an entity graph needs the embedded store; a source kept in "
+            "PostgreSQL (serve --store) has none yet"
+        )
+    return store

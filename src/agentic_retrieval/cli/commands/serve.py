@@ -33,6 +33,17 @@ def serve(
             "and knowledge bases managed over REST, kept across restarts.",
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="AGENTIC_RETRIEVAL_STORE",
+            help="postgresql://user@host:port/db: keep the whole service state (definitions, "
+            "documents, vectors, status) in PostgreSQL, shared by every replica; --data then "
+            "holds this replica's caches and locks only (postgres extra; "
+            "$AGENTIC_RETRIEVAL_STORE).",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8080,
     public_url: Annotated[
@@ -165,10 +176,12 @@ def serve(
     import_extra("uvicorn", "server")
     if not kb and data is None:
         raise UserError("give --data DIR (a service data directory) and/or --kb DIR")
+    if store is not None and data is None:
+        raise UserError("--store needs --data DIR (this replica's caches and locks)")
     from agentic_retrieval.cli.serving import access_options, check_keys, check_open_files
 
     check_keys({"--api-key": api_key, "--query-key": query_key, "--query-key-for": query_key_for})
-    names = _served_names(kb or [], data)
+    names = _served_names(kb or [], data, store)
     access = access_options(
         jwt_issuer, jwt_audience, jwt_jwks, enforce_permissions, require_identity
     )
@@ -196,7 +209,7 @@ def serve(
         settings.access_policy()  # a JWKS file that cannot be read fails here, in one line
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    build = functools.partial(build_server_app, list(kb or []), data, settings)
+    build = functools.partial(build_server_app, list(kb or []), data, settings, store)
     files_warning = check_open_files(settings) if data is not None else None
     if files_warning is not None:
         err.print(f"warning: {files_warning}")
@@ -217,7 +230,8 @@ def serve(
         )
     err.print(f"OpenAI-compatible: GET {where}/v1/models, POST {where}/v1/chat/completions")
     if data is not None:
-        err.print(f"managing {data} at {where}/indexes, /knowledgesources, /knowledgebases")
+        kept = data if store is None else _safe_label(store)
+        err.print(f"managing {kept} at {where}/indexes, /knowledgesources, /knowledgebases")
     if workers == 1:
         from agentic_retrieval.server.serving import serve as run_server
 
@@ -234,18 +248,20 @@ def serve(
     run_workers(build, sock, workers=workers)
 
 
-def build_server_app(kb: list[Path], data: Path | None, settings: Any) -> Any:
+def build_server_app(
+    kb: list[Path], data: Path | None, settings: Any, store: str | None = None
+) -> Any:
     """The app ``serve`` runs (built in each worker process)."""
     from agentic_retrieval.embeddings import wait_for_local_models
     from agentic_retrieval.kb.loader import open_knowledge_base
-    from agentic_retrieval.kb.service import ServiceDirectory
+    from agentic_retrieval.kb.service_state import open_service
     from agentic_retrieval.server import create_app
 
     _log_ingestion_progress()
     # --no-embeddings: no model is loaded, hybrid --kb sources are searched lexically
     choice: Literal[False] | None = None if settings.embeddings else False
     bases = [open_knowledge_base(path, embeddings=choice) for path in kb]
-    service = ServiceDirectory(data) if data is not None else None
+    service = open_service(data, store) if data is not None else None
     app = create_app(bases, settings=settings, service=service)
     # the bundled model loads before the server says it is ready: no first request waits
     wait_for_local_models()
@@ -285,10 +301,11 @@ class _ProgressHandler(logging.StreamHandler[TextIO]):
         pass  # StreamHandler.__init__ sets it; stderr is looked up at each line instead
 
 
-def _served_names(kb: list[Path], data: Path | None) -> list[str]:
-    """Check the directories before serving; the knowledge bases' names."""
+def _served_names(kb: list[Path], data: Path | None, store: str | None = None) -> list[str]:
+    """Check the directories (and the database) before serving; the knowledge bases' names."""
+    from agentic_retrieval.errors import StoreError
     from agentic_retrieval.kb.loader import open_knowledge_base
-    from agentic_retrieval.kb.service import ServiceDirectory
+    from agentic_retrieval.kb.service_state import open_service
 
     names = []
     for path in kb:
@@ -300,10 +317,14 @@ def _served_names(kb: list[Path], data: Path | None) -> list[str]:
     if len(set(names)) != len(names):
         raise UserError(f"two --kb directories hold knowledge bases with the same name: {names}")
     if data is not None:
+        if store is not None:
+            import_extra("psycopg", "postgres")
         try:
-            service = ServiceDirectory(data)
+            service = open_service(data, store)
         except OSError as exc:
             raise UserError(f"--data {data}: {exc.strerror or exc}") from None
+        except StoreError as exc:  # one line: which database, why; never the password
+            raise UserError(f"--store: {exc}") from None
         service.remove_orphans()
         service.reconcile_ingestion()  # runs a killed server left "in progress"
         names += [d.name for d in service.definitions("knowledgeBase")]
@@ -323,3 +344,9 @@ def _check_port_free(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _safe_label(url: str) -> str:
+    from agentic_retrieval.sources.postgres.connections import safe_url
+
+    return safe_url(url)

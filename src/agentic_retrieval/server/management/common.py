@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from agentic_retrieval.errors import (
+    DatabaseUnavailableError,
     ResourceNotFoundError,
     StoreNotFoundError,
     StoreUnavailableError,
@@ -25,9 +26,9 @@ from agentic_retrieval.kb.service import (
     STORES_DIR,
     Conditions,
     DefinitionKind,
-    ServiceDirectory,
     StoredDefinition,
 )
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.permissions import Access
 from agentic_retrieval.server.auth import (
     AccessPolicy,
@@ -69,7 +70,7 @@ class Management:
 
     registry: KnowledgeBaseRegistry
     keys: ApiKeys
-    service: ServiceDirectory | None = None
+    service: ServiceState | None = None
     catalog: ServiceCatalog | None = None
     max_file_bytes: int = 16 * 1024 * 1024
     max_files: int = 10_000
@@ -78,7 +79,7 @@ class Management:
     limits: DefinitionLimits = field(default_factory=DefinitionLimits)
     graphs: GraphSynchronizer | None = None
 
-    def require_service(self) -> tuple[ServiceDirectory, ServiceCatalog]:
+    def require_service(self) -> tuple[ServiceState, ServiceCatalog]:
         """The data directory, or a 400 explaining how to get one."""
         if self.service is None or self.catalog is None:
             raise ApiError(
@@ -246,6 +247,8 @@ def store_is_gone(management: Management, kind: DefinitionKind, name: str, exc: 
     if current is None:
         return True
     if current.store is None:  # a searchIndex source: its index cannot go while it exists
+        return False
+    if isinstance(exc, DatabaseUnavailableError):  # serve --store: the database, not the store
         return False
     named = management.service.path / STORES_DIR / current.store
     if isinstance(exc, sqlite3.Error):  # on a store still defined: a real failure

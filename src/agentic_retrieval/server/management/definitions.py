@@ -24,10 +24,10 @@ from agentic_retrieval.kb.model_connections import require_version
 from agentic_retrieval.kb.service import (
     Conditions,
     DefinitionKind,
-    ServiceDirectory,
     StoredDefinition,
 )
 from agentic_retrieval.kb.topic_profiles import require_topic_graph_version
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.server.management.common import (
     Management,
     add_routes,
@@ -45,7 +45,7 @@ class PutDefinition(Protocol):
 
     def __call__(
         self,
-        service: ServiceDirectory,
+        service: ServiceState,
         body: dict[str, Any],
         name: str | None = None,
         conditions: Conditions = ...,
@@ -56,7 +56,7 @@ class PutDefinition(Protocol):
         """Create or replace; returns the stored definition and whether it was created."""
 
 
-DeleteDefinition = Callable[[ServiceDirectory, str, Conditions], StoredDefinition | None]
+DeleteDefinition = Callable[[ServiceState, str, Conditions], StoredDefinition | None]
 """Deletes by name (``None``: there was none); see ``kb.management.delete_index``."""
 
 

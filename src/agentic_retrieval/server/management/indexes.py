@@ -30,6 +30,7 @@ from agentic_retrieval.server.management.definitions import (
     DefinitionRoutes,
     add_definition_routes,
 )
+from agentic_retrieval.sources.local.store import LocalStore
 
 _PROPERTIES = frozenset(f.alias or n for n, f in IndexDefinition.model_fields.items())
 
@@ -93,10 +94,13 @@ def index_statistics(management: Management, stored: StoredDefinition) -> dict[s
     store = documents.documents.store
     with store.lease():
         count = documents.count()
-        try:
-            size = store.path.stat().st_size
-        except FileNotFoundError:
-            raise StoreUnavailableError(store.path, "its index file is missing") from None
+        if not isinstance(store, LocalStore):  # serve --store: its rows in the database
+            size = store.storage_size()
+        else:
+            try:
+                size = store.path.stat().st_size
+            except FileNotFoundError:
+                raise StoreUnavailableError(store.path, "its index file is missing") from None
     vector = documents.index.vector_field
     return {
         "documentCount": count,

@@ -21,9 +21,9 @@ from agentic_retrieval.kb.management import (
 from agentic_retrieval.kb.model_connections import without_headers
 from agentic_retrieval.kb.service import (
     Conditions,
-    ServiceDirectory,
     StoredDefinition,
 )
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.server.management.common import (
     Management,
@@ -43,7 +43,7 @@ def add_knowledge_base_routes(app: FastAPI, management: Management) -> None:
     reserved = management.registry.fixed
 
     def put(
-        service: ServiceDirectory,
+        service: ServiceState,
         body: dict[str, Any],
         name: str | None = None,
         conditions: Conditions = UNCONDITIONAL,
@@ -55,9 +55,7 @@ def add_knowledge_base_routes(app: FastAPI, management: Management) -> None:
             service, body, name, conditions, creating=creating, reserved=reserved, limits=limits
         )
 
-    def delete(
-        service: ServiceDirectory, name: str, conditions: Conditions
-    ) -> StoredDefinition | None:
+    def delete(service: ServiceState, name: str, conditions: Conditions) -> StoredDefinition | None:
         return delete_knowledge_base(service, name, conditions, reserved=reserved)
 
     def fixed() -> dict[str, dict[str, Any]]:

@@ -26,7 +26,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from langchain_core.embeddings import Embeddings
 
@@ -46,6 +46,9 @@ from agentic_retrieval.sources.local.store import (
 )
 from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
+if TYPE_CHECKING:
+    from agentic_retrieval.sources.postgres.store import PostgresStore
+
 CHUNK_SEPARATOR = "#"
 """Between a unit's key and its chunk number in chunk ids (file chunk ids never hold it)."""
 _SEARCH_DEPTH_ROUNDS = 4
@@ -53,6 +56,8 @@ EMBED_BATCH = 16
 """Chunks embedded per call: the model serves one call at a time, so a query's embedding
 waits for at most one batch of a large upload, never for the whole file."""
 RetrievalMode = Literal["hybrid", "lexical"]
+DocumentBackend: TypeAlias = "LocalStore | PostgresStore"
+"""What keeps a :class:`DocumentStore`'s units: an embedded store, or a PostgreSQL one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,7 @@ class DocumentStore:
 
     def __init__(
         self,
-        store: LocalStore,
+        store: DocumentBackend,
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         overlap: int = DEFAULT_OVERLAP,

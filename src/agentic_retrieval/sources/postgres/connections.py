@@ -18,7 +18,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from agentic_retrieval.errors import StoreError, StoreUnavailableError
+from agentic_retrieval.errors import DatabaseUnavailableError, StoreError, StoreUnavailableError
 from agentic_retrieval.sources.postgres import schema
 
 CONNECT_TIMEOUT_SECONDS = 5
@@ -52,10 +52,10 @@ def safe_url(url: str) -> str:
     return f"postgresql://{user}{host}{port}/{parts.get('dbname') or ''}"
 
 
-def unavailable(where: str, exc: psycopg.Error) -> StoreUnavailableError:
+def unavailable(where: str, exc: psycopg.Error) -> DatabaseUnavailableError:
     """The driver's error as one line a user can act on."""
     detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailableError(where, f"the database is unreachable ({detail.strip()})")
+    return DatabaseUnavailableError(where, f"the database is unreachable ({detail.strip()})")
 
 
 class Database:

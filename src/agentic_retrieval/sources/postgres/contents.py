@@ -88,6 +88,28 @@ class PostgresContents:
         """The database (without its password) and the store's name, for messages."""
         return f"{self.database.label}#{self.name}"
 
+    @contextmanager
+    def lease(self) -> Iterator[None]:
+        """Nothing to hold: as :meth:`LocalStore.lease`, for callers of either store.
+
+        An embedded store's file closes after its last reader; here every operation runs on
+        its thread's connection, and a store deleted meanwhile reads as empty.
+        """
+        yield
+
+    @connected
+    def storage_size(self, conn: Connection) -> int:
+        """Bytes this store's rows take in the database (chunks, vectors, files)."""
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM ar_chunks c WHERE c.store = %s",
+            (self.name,),
+        ).fetchone()
+        files = conn.execute(
+            "SELECT coalesce(sum(pg_column_size(f.*)), 0) FROM ar_files f WHERE f.store = %s",
+            (self.name,),
+        ).fetchone()
+        return int(row[0] if row else 0) + int(files[0] if files else 0)
+
     # ------------------------------------------------------------------ bookkeeping
 
     @connected

@@ -1,0 +1,183 @@
+"""``serve --data DIR --store postgresql://...``: replicas sharing one PostgreSQL database.
+
+Real ``serve`` processes, each with a data directory of its own, against one embedded
+PostgreSQL (tests/postgres_harness.py): what one replica is told, the other serves; a replica
+killed mid-upload loses nothing it acknowledged; a database that goes away is a 503 until it
+is back, and the replica recovers by itself; a bad URL fails at start in one line.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from tests.integration.service_process import KEY, VERSION, kill_hard, serve_process
+from tests.postgres_harness import RunningPostgres
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+HEADERS = {"api-key": KEY}
+INDEX = {
+    "name": "guides",
+    "fields": [
+        {"name": "id", "type": "Edm.String", "key": True},
+        {"name": "content", "type": "Edm.String", "searchable": True},
+        {"name": "team", "type": "Edm.String", "filterable": True},
+    ],
+}
+
+
+def replica(data, url: str):
+    """``serve`` on ``data`` with its state in ``url`` (lexical: no model to load)."""
+    return serve_process(data, extra=("--store", url, "--no-embeddings"))
+
+
+def client(url: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers=HEADERS, params=VERSION, timeout=60)
+
+
+def create_base(http: httpx.Client) -> None:
+    assert http.put("/indexes('guides')", json=INDEX).status_code == 201
+    source = {"name": "ks", "kind": "searchIndex"}
+    source["searchIndexParameters"] = {"searchIndexName": "guides"}
+    assert http.put("/knowledgesources('ks')", json=source).status_code == 201
+    base = {"name": "kb", "knowledgeSources": [{"name": "ks"}]}
+    assert http.put("/knowledgebases('kb')", json=base).status_code == 201
+
+
+def retrieve_keys(http: httpx.Client, text: str) -> list[str]:
+    response = http.post(
+        "/knowledgebases('kb')/retrieve",
+        json={"intents": [{"type": "semantic", "search": text}]},
+    )
+    assert response.status_code == 200, response.text
+    return [r["docKey"] for r in response.json()["references"]]
+
+
+def test_two_replicas_share_definitions_and_documents(tmp_path, postgres_url):
+    with (
+        replica(tmp_path / "a", postgres_url) as (url_a, _),
+        replica(tmp_path / "b", postgres_url) as (url_b, _),
+        client(url_a) as a,
+        client(url_b) as b,
+    ):
+        create_base(a)
+        assert [i["name"] for i in b.get("/indexes").json()["value"]] == ["guides"]
+        assert [s["name"] for s in b.get("/knowledgesources").json()["value"]] == ["ks"]
+        assert [k["name"] for k in b.get("/knowledgebases").json()["value"]] == ["kb"]
+        assert (
+            b.get("/knowledgebases('kb')").json()["@odata.etag"]
+            == (a.get("/knowledgebases('kb')").json()["@odata.etag"])
+        )
+
+        doc = {"id": "lighthouse", "content": "the lighthouse keeper logs the tides"}
+        assert a.post("/indexes('guides')/docs/index", json={"value": [doc]}).status_code == 200
+        written = time.monotonic()
+        keys: list[str] = []
+        while time.monotonic() - written < 3 and keys != ["lighthouse"]:
+            keys = retrieve_keys(b, "lighthouse keeper tides")
+        assert keys == ["lighthouse"]
+
+        assert b.delete("/knowledgebases('kb')").status_code == 204
+        assert a.get("/knowledgebases('kb')").status_code == 404
+
+
+def test_the_index_limit_holds_across_replicas(tmp_path, postgres_url):
+    """Creating on two replicas at once cannot beat ``--max-indexes``."""
+    extra = ("--store", postgres_url, "--no-embeddings", "--max-indexes", "3")
+    with (
+        serve_process(tmp_path / "a", extra=extra) as (url_a, _),
+        serve_process(tmp_path / "b", extra=extra) as (url_b, _),
+    ):
+
+        def create(n: int) -> int:
+            with client(url_a if n % 2 else url_b) as http:
+                return http.put(f"/indexes('i{n}')", json={**INDEX, "name": f"i{n}"}).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            statuses = sorted(pool.map(create, range(8)))
+        assert statuses == [201, 201, 201, 429, 429, 429, 429, 429]
+        with client(url_a) as http:
+            assert len(http.get("/indexes").json()["value"]) == 3
+
+
+def test_a_killed_replica_loses_no_acknowledged_document(tmp_path, postgres_url):
+    acknowledged: list[str] = []
+    with replica(tmp_path / "b", postgres_url) as (url_b, _), client(url_b) as b:
+        with replica(tmp_path / "a", postgres_url) as (url_a, process_a), client(url_a) as a:
+            create_base(a)
+
+            def upload() -> None:
+                for batch in range(1000):
+                    docs = [{"id": f"d{batch}-{n}", "content": f"note {n}"} for n in range(20)]
+                    try:
+                        response = a.post("/indexes('guides')/docs/index", json={"value": docs})
+                    except httpx.TransportError:
+                        return
+                    if response.status_code != 200:
+                        return
+                    acknowledged.extend(d["id"] for d in docs)
+
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                running = pool.submit(upload)
+                deadline = time.monotonic() + 30
+                while len(acknowledged) < 100 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                kill_hard(process_a)
+                running.result(30)
+        assert len(acknowledged) >= 100
+        count = int(b.get("/indexes('guides')/docs/$count").text)
+        assert count >= len(acknowledged)
+        for key in acknowledged[:: max(1, len(acknowledged) // 25)] + acknowledged[-3:]:
+            assert b.get(f"/indexes('guides')/docs('{key}')").status_code == 200, key
+
+
+def test_a_stopped_database_is_a_503_and_the_replica_recovers(
+    tmp_path, postgres_server: RunningPostgres, postgres_url
+):
+    with replica(tmp_path / "a", postgres_url) as (url, _), client(url) as http:
+        create_base(http)
+        postgres_server.stop()
+        try:
+            down = http.get("/indexes")
+            assert down.status_code == 503
+            assert "database is unavailable" in down.json()["error"]["message"]
+            assert "Retry-After" in down.headers
+            assert (
+                http.post(
+                    "/knowledgebases('kb')/retrieve",
+                    json={"intents": [{"type": "semantic", "search": "tides"}]},
+                ).status_code
+                == 503
+            )
+        finally:
+            postgres_server.start()
+        deadline = time.monotonic() + 20
+        status = 0
+        while time.monotonic() < deadline and status != 200:
+            status = http.get("/indexes").status_code
+        assert status == 200
+        assert [i["name"] for i in http.get("/indexes").json()["value"]] == ["guides"]
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql://nobody@127.0.0.1:1/none", "unreachable"),
+        ("mysql://127.0.0.1/db", "not a PostgreSQL URL"),
+        ("postgresql://h:notaport/db", "invalid PostgreSQL URL"),
+    ],
+)
+def test_a_bad_url_fails_at_start_in_one_line(tmp_path, url, says):
+    argv = [sys.executable, "-m", "agentic_retrieval.cli", "serve", "--data", str(tmp_path)]
+    result = subprocess.run(
+        [*argv, "--store", url, "--port", "0"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert says in lines[0] and "--store" in lines[0]
+    assert "Traceback" not in result.stderr
