@@ -8,8 +8,9 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ from tests.postgres_harness import (
     new_database,
     start_postgres,
 )
+
+if TYPE_CHECKING:
+    from agentic_retrieval.kb.service_state import ServiceState
 
 # The suite keeps what the library caches (the sample knowledge base Studio and the demo open)
 # in a cache of its own, removed at exit: the user's ~/.cache may hold a store that another
@@ -71,3 +75,34 @@ def postgres_url(postgres_server: RunningPostgres, request: pytest.FixtureReques
     digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]  # parametrised cases
     name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40] + "_" + digest
     return new_database(postgres_server.url, name)
+
+
+@pytest.fixture(params=["embedded", "postgres"])
+def service_store(request: pytest.FixtureRequest) -> str | None:
+    """Where a service suite keeps its state: ``None`` (the embedded store, in its data
+    directory) or a PostgreSQL database of its own (``serve --store URL``).
+
+    A suite that takes it (or :func:`open_service_state`) runs once against each.
+    """
+    if request.param == "embedded":
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def open_service_state(service_store: str | None) -> Iterator[Callable[[Path], ServiceState]]:
+    """Open the service state of a data directory as ``serve --data DIR [--store URL]``
+    would; everything opened is closed after the test."""
+    from agentic_retrieval.kb.service_state import open_service
+
+    opened: list[ServiceState] = []
+
+    def open_state(data: Path) -> ServiceState:
+        state = open_service(data, service_store)
+        opened.append(state)
+        return state
+
+    yield open_state
+    for state in opened:
+        state.close()

@@ -16,7 +16,6 @@ from tests.server_harness import intents_body
 
 from agentic_retrieval.errors import InvalidRequestError
 from agentic_retrieval.kb.catalog import ServiceCatalog
-from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
 
 pytestmark = pytest.mark.integration
@@ -46,10 +45,8 @@ REFUSED = [
 
 
 @pytest.fixture
-def service(tmp_path):
-    directory = ServiceDirectory(tmp_path / "data")
-    yield directory
-    directory.close()
+def service(tmp_path, open_service_state):
+    return open_service_state(tmp_path / "data")
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.fakes import AUDIENCE, ISSUER, JWT_SECRET, TokenMint
 
-from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
 from agentic_retrieval.server.tokens import HEADER, TokenSettings
 
@@ -42,14 +41,14 @@ DOCS = [
 
 
 @pytest.fixture
-def http(tmp_path):
+def http(tmp_path, open_service_state):
     settings = ServerSettings(
         api_keys=["admin-key"],
         query_keys=["query-key"],
         read_env_keys=False,
         tokens=TokenSettings(issuer=ISSUER, audience=AUDIENCE, secret=JWT_SECRET),
     )
-    app = create_app(service=ServiceDirectory(tmp_path / "data"), settings=settings)
+    app = create_app(service=open_service_state(tmp_path / "data"), settings=settings)
     with TestClient(app) as client:
         client.params = VERSION
         yield client

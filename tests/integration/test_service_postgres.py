@@ -9,14 +9,20 @@ is back, and the replica recovers by itself; a bad URL fails at start in one lin
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
 import pytest
 from tests.integration.service_process import KEY, VERSION, kill_hard, serve_process
 from tests.postgres_harness import RunningPostgres
+
+from agentic_retrieval.errors import ResourceConflictError
+from agentic_retrieval.kb.postgres_service import PostgresServiceDirectory
+from agentic_retrieval.kb.service import DefinitionView, StoredDefinition
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 HEADERS = {"api-key": KEY}
@@ -181,3 +187,47 @@ def test_a_bad_url_fails_at_start_in_one_line(tmp_path, url, says):
     assert len(lines) == 1, result.stderr
     assert says in lines[0] and "--store" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_definition_writes_are_serialised_across_replicas(tmp_path, postgres_url):
+    """Two replicas checking a limit at once: the second checks only after the first commits.
+
+    Each check counts, then waits (up to 2 s) for the other to have counted too: without the
+    definitions lock both count 0 and both create; with it the second is still waiting for the
+    lock when the first's wait ends, and counts 1.
+    """
+    replicas = [PostgresServiceDirectory(tmp_path / n, postgres_url) for n in "ab"]
+    both_counted = threading.Barrier(2, timeout=2)
+
+    def at_most_one(view: DefinitionView, current: StoredDefinition | None) -> None:
+        seen = view.count("index")
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_counted.wait()
+        if seen >= 1:
+            raise ResourceConflictError("one index at most")
+
+    def create(n: int) -> str:
+        try:
+            replicas[n].put("index", f"i{n}", {"name": f"i{n}"}, check=at_most_one)
+        except ResourceConflictError:
+            return "refused"
+        return "created"
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            assert sorted(pool.map(create, range(2))) == ["created", "refused"]
+        assert len(replicas[1].definitions("index")) == 1
+    finally:
+        for state in replicas:
+            state.close()
+
+
+def test_the_data_directory_holds_no_state_and_a_new_replica_serves_it(tmp_path, postgres_url):
+    with replica(tmp_path / "a", postgres_url) as (url_a, _), client(url_a) as a:
+        create_base(a)
+        doc = {"id": "tide", "content": "spring tides follow the full moon"}
+        assert a.post("/indexes('guides')/docs/index", json={"value": [doc]}).status_code == 200
+    assert not (tmp_path / "a" / "service.sqlite").exists()
+    assert not list((tmp_path / "a").rglob("*.sqlite"))
+    with replica(tmp_path / "fresh", postgres_url) as (url, _), client(url) as fresh:
+        assert retrieve_keys(fresh, "spring tides") == ["tide"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -22,6 +21,7 @@ from typer.testing import CliRunner
 from agentic_retrieval.cli import app as cli
 from agentic_retrieval.kb.management import DEFAULT_MAX_DEFINITIONS
 from agentic_retrieval.kb.service import STORES_DIR, ServiceDirectory
+from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.server import ServerSettings, create_app
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,12 @@ def index_source(name: str, index_name: str = "i0") -> dict:
 
 
 @pytest.fixture
-def http(tmp_path) -> Iterator[TestClient]:
+def service(tmp_path, open_service_state) -> ServiceState:
+    return open_service_state(tmp_path / "data")
+
+
+@pytest.fixture
+def http(service) -> Iterator[TestClient]:
     settings = ServerSettings(
         api_keys=["admin-key"],
         read_env_keys=False,
@@ -53,7 +58,7 @@ def http(tmp_path) -> Iterator[TestClient]:
         max_knowledge_sources=2,
         max_knowledge_bases=1,
     )
-    app = create_app(service=ServiceDirectory(tmp_path / "data"), settings=settings)
+    app = create_app(service=service, settings=settings)
     with TestClient(app, base_url="http://127.0.0.1:8080") as client:
         client.params = VERSION
         client.headers.update(ADMIN)
@@ -69,23 +74,27 @@ def assert_quota(response: httpx.Response, what: str, plural: str, limit: int) -
     assert "Retry-After" not in response.headers  # waiting does not make room
 
 
-def store_files(tmp_path: Path) -> list[Path]:
-    return sorted((tmp_path / "data" / STORES_DIR).glob("*.sqlite"))
+def stores(service: ServiceState) -> list[str]:
+    """The stores the service keeps: store files in DIR, or stores in its database."""
+    if isinstance(service, ServiceDirectory):
+        return sorted(p.name for p in (service.path / STORES_DIR).glob("*.sqlite"))
+    with service.database.connection() as conn:
+        return [str(row[0]) for row in conn.execute("SELECT name FROM ar_stores ORDER BY name")]
 
 
-def test_creating_past_each_limit_answers_429_and_creates_nothing(http, tmp_path):
+def test_creating_past_each_limit_answers_429_and_creates_nothing(http, service):
     assert http.post("/indexes", json=index("i0")).status_code == 201
     assert http.put("/indexes/i1", json=index("i1")).status_code == 201
     assert_quota(http.post("/indexes", json=index("i2")), "index", "indexes", 2)
     assert_quota(http.put("/indexes('i2')", json=index("i2")), "index", "indexes", 2)
-    assert len(store_files(tmp_path)) == 2  # the refused creates left no store behind
+    assert len(stores(service)) == 2  # the refused creates left no store behind
     assert [i["name"] for i in http.get("/indexes").json()["value"]] == ["i0", "i1"]
 
     assert http.put("/knowledgesources/ks0", json=index_source("ks0")).status_code == 201
     assert http.put("/knowledgesources/files", json={"kind": "file"}).status_code == 201
     refused = http.put("/knowledgesources/files2", json={"kind": "file"})
     assert_quota(refused, "knowledge source", "knowledge sources", 2)
-    assert len(store_files(tmp_path)) == 3  # two indexes and one file source
+    assert len(stores(service)) == 3  # two indexes and one file source
 
     base = {"name": "kb0", "knowledgeSources": [{"name": "ks0"}]}
     assert http.post("/knowledgebases", json=base).status_code == 201
@@ -120,7 +129,7 @@ def test_racing_creates_never_pass_the_limit(http):
     assert len(http.get("/indexes").json()["value"]) == 2
 
 
-def test_the_azure_sdk_sees_the_quota_as_azure_answers_it(tmp_path):
+def test_the_azure_sdk_sees_the_quota_as_azure_answers_it(service):
     pytest.importorskip("azure.search.documents.indexes")
     from azure.core.credentials import AzureKeyCredential
     from azure.core.exceptions import HttpResponseError
@@ -128,7 +137,7 @@ def test_the_azure_sdk_sees_the_quota_as_azure_answers_it(tmp_path):
     from azure.search.documents.indexes.models import SearchIndex, SimpleField
 
     settings = ServerSettings(api_keys=["admin-key"], read_env_keys=False, max_indexes=1)
-    app = create_app(service=ServiceDirectory(tmp_path / "data"), settings=settings)
+    app = create_app(service=service, settings=settings)
     fields = [SimpleField(name="id", type="Edm.String", key=True)]
     with running_server(app) as url:
         # create_or_update (PUT) would be retried on a 429 by azure-core, as against Azure

@@ -10,7 +10,6 @@ import httpx
 import pytest
 from tests.server_harness import running_server
 
-from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.server import ServerSettings, create_app
 
 pytestmark = pytest.mark.integration
@@ -32,14 +31,14 @@ DOCS = [
 ]
 
 
-def serve(data_dir):
+def serve(service):
     settings = ServerSettings(api_keys=["admin-key"], query_keys=["query-key"], read_env_keys=False)
-    return running_server(create_app(service=ServiceDirectory(data_dir), settings=settings))
+    return running_server(create_app(service=service, settings=settings))
 
 
 @pytest.fixture
-def http(tmp_path):
-    with serve(tmp_path / "data") as url:
+def http(tmp_path, open_service_state):
+    with serve(open_service_state(tmp_path / "data")) as url:
         with httpx.Client(base_url=url, headers=ADMIN, params=VERSION, timeout=30) as client:
             yield client
 
@@ -230,12 +229,14 @@ def test_both_path_forms_api_versions_and_paging(http):
     assert [b["name"] for b in prefixed.json()["value"]] == ["kb-0", "kb-1", "kb-2"]
 
 
-def test_definitions_and_documents_survive_a_restart(tmp_path):
-    data = tmp_path / "data"
-    with serve(data) as url, httpx.Client(base_url=url, headers=ADMIN, params=VERSION) as http:
+def test_definitions_and_documents_survive_a_restart(tmp_path, open_service_state):
+    first = open_service_state(tmp_path / "data")
+    with serve(first) as url, httpx.Client(base_url=url, headers=ADMIN, params=VERSION) as http:
         with_guides(http)
         before = http.get("/knowledgebases('transit')").json()
-    with serve(data) as url, httpx.Client(base_url=url, headers=ADMIN, params=VERSION) as http:
+    first.close()
+    again = open_service_state(tmp_path / "data")
+    with serve(again) as url, httpx.Client(base_url=url, headers=ADMIN, params=VERSION) as http:
         assert http.get("/knowledgebases('transit')").json() == before
         assert count(http) == 2
         retrieved = http.post(
@@ -245,7 +246,9 @@ def test_definitions_and_documents_survive_a_restart(tmp_path):
         assert retrieved.json()["references"][0]["docKey"] == "a"
 
 
-def test_model_keys_are_redacted_on_reads_and_kept_when_sent_back(http, tmp_path):
+def test_model_keys_are_redacted_on_reads_and_kept_when_sent_back(
+    http, tmp_path, open_service_state
+):
     with_guides(http)
     model = {"kind": "azureOpenAI", "azureOpenAIParameters": {"deploymentId": "d", "apiKey": "s3"}}
     base = {"name": "transit", "knowledgeSources": [{"name": "guides-ks"}], "models": [model]}
@@ -255,7 +258,7 @@ def test_model_keys_are_redacted_on_reads_and_kept_when_sent_back(http, tmp_path
     assert "s3" not in http.get("/knowledgebases").text
     read["description"] = "edited after a read"
     assert http.put("/knowledgebases('transit')", json=read).status_code == 204
-    stored = ServiceDirectory(tmp_path / "data").get("knowledgeBase", "transit")
+    stored = open_service_state(tmp_path / "data").get("knowledgeBase", "transit")
     assert stored.body["models"][0]["azureOpenAIParameters"]["apiKey"] == "s3"
     assert stored.body["description"] == "edited after a read"
 
@@ -273,11 +276,11 @@ def test_deleting_what_does_not_exist_is_a_404_in_azures_shape(http):
         assert named in error_of(http.delete(path), 404)["message"], path
 
 
-def test_knowledge_bases_served_from_a_directory_are_read_only(tmp_path):
+def test_knowledge_bases_served_from_a_directory_are_read_only(tmp_path, open_service_state):
     from tests.server_harness import transit_kb
 
     settings = ServerSettings(api_keys=["admin-key"], read_env_keys=False)
-    for service in (None, ServiceDirectory(tmp_path / "data")):
+    for service in (None, open_service_state(tmp_path / "data")):
         app = create_app(transit_kb(), settings=settings, mcp=False, service=service)
         with (
             running_server(app) as url,

@@ -109,23 +109,39 @@ MIGRATIONS: tuple[str, ...] = (
 """Migration ``n`` is ``MIGRATIONS[n - 1]``; a released one is never edited, only added to."""
 _COLUMNS = "kind, name, body, etag, store, created, updated"
 
-_databases: dict[str, Database] = {}
+_databases: dict[str, tuple[Database, int]] = {}
 _databases_lock = threading.Lock()
 
 
 def shared_database(url: str) -> Database:
     """This process's :class:`Database` for ``url`` (opened and migrated on first use).
 
+    Each call is one user of it; :func:`release_database` ends that use, and the last one
+    closes its connections.
+
     Raises:
         StoreError: Not a valid PostgreSQL URL.
         DatabaseUnavailableError: The database cannot be reached.
     """
     with _databases_lock:
-        database = _databases.get(url)
+        database, users = _databases.get(url) or (None, 0)
         if database is None:
             database = Database(url)
-            _databases[url] = database
+        _databases[url] = (database, users + 1)
         return database
+
+
+def release_database(url: str) -> None:
+    """End one use of :func:`shared_database`'s ``url``; the last one closes it."""
+    with _databases_lock:
+        database, users = _databases.get(url) or (None, 0)
+        if database is None:
+            return
+        if users > 1:
+            _databases[url] = (database, users - 1)
+            return
+        del _databases[url]
+    database.close()
 
 
 class PostgresDefinitionView(DefinitionView):
@@ -177,11 +193,16 @@ class PostgresServiceDirectory:
             raise NotADirectoryError(f"{self.path} is not a directory")
         self.url = url
         self.database = shared_database(url)
+        self._closed = False
         self._lock = threading.Lock()
         self._stores: dict[str, PostgresStore] = {}
         self._deleted: set[str] = set()
-        with self.database.connection() as conn:
-            _migrate(conn)
+        try:
+            with self.database.connection() as conn:
+                _migrate(conn)
+        except BaseException:
+            self.close()
+            raise
         self.path.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -316,9 +337,12 @@ class PostgresServiceDirectory:
         return []
 
     def close(self) -> None:
-        """Forget the stores; the process's database connections close with it."""
+        """Forget the stores; end this object's use of the database (:func:`release_database`)."""
         with self._lock:
             self._stores.clear()
+            closed, self._closed = self._closed, True
+        if not closed:
+            release_database(self.url)
 
     # --- other status of a store (the last graph synchronisation) ---------------------------
 
