@@ -231,3 +231,35 @@ def test_the_data_directory_holds_no_state_and_a_new_replica_serves_it(tmp_path,
     assert not list((tmp_path / "a").rglob("*.sqlite"))
     with replica(tmp_path / "fresh", postgres_url) as (url, _), client(url) as fresh:
         assert retrieve_keys(fresh, "spring tides") == ["tide"]
+
+
+def test_a_stores_writers_wait_for_each_other_across_replicas(tmp_path, postgres_url):
+    """A write batch holds the store as the embedded store's one writer does, on every
+    replica: what a batch checks (a file name is free, the document a merge changes) cannot
+    be changed by another replica before it commits."""
+    from agentic_retrieval.sources.postgres import Database, PostgresStore
+
+    databases = [Database(postgres_url), Database(postgres_url)]  # two replicas' pools
+    stores = [PostgresStore(databases[0], "docs", create=True), PostgresStore(databases[1], "docs")]
+    first_in = threading.Event()
+    times: dict[str, float] = {}
+
+    def first() -> None:
+        with stores[0].transaction():
+            first_in.set()
+            time.sleep(1.0)
+            times["first out"] = time.monotonic()
+
+    def second() -> None:
+        first_in.wait(10)
+        with stores[1].transaction():
+            times["second in"] = time.monotonic()
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            for done in [pool.submit(first), pool.submit(second)]:
+                done.result(30)
+        assert times["second in"] >= times["first out"]
+    finally:
+        for database in databases:
+            database.close()

@@ -303,6 +303,9 @@ class PostgresContents:
     def transaction(self) -> Iterator[Connection]:
         """One transaction around several writes of this thread (each one a savepoint).
 
+        Other writers of the store wait until it ends, in every process (a transaction-level
+        advisory lock), as the embedded store's writers wait for its one writer.
+
         The store's statistics (chunk count, total length, each term's document frequency)
         and its generation change once, as the outermost transaction commits: updating their
         rows once per file made every later update walk the chain of that row's versions the
@@ -316,10 +319,19 @@ class PostgresContents:
             pending = self._local.pending = _Pending()
             try:
                 with conn.transaction():
+                    # other writers of this store wait, as the embedded store's do, on every
+                    # replica: a check inside the batch (a file name is unique, a merge reads
+                    # the document it changes) cannot race another replica's write
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_key(),))
                     yield conn
                     self._apply(conn, pending)
             finally:
                 self._local.pending = None
+
+    def _write_key(self) -> int:
+        """The transaction-level lock of this store's writers (not :meth:`exclusive_writer`'s)."""
+        digest = hashlib.sha1(f"write:{self.name}".encode()).digest()[:8]
+        return int.from_bytes(digest, "big", signed=True)
 
     def _pending(self) -> _Pending:
         pending: _Pending = self._local.pending
