@@ -19,19 +19,20 @@ import httpx
 import pytest
 from tests.integration.service_process import KEY, kill_hard, serve_process
 
-from agentic_retrieval.kb.service import INTERRUPTED, ServiceDirectory
+from agentic_retrieval.kb.service import INTERRUPTED
 
 pytestmark = pytest.mark.integration
 VERSION = {"api-version": "2026-10-01"}
 
 
-def run_in_child(data, body: str) -> subprocess.Popen[str]:
-    """A Python child process that opens ``data`` and runs ``body`` inside a run of "s"."""
+def run_in_child(data, body: str, store: str | None) -> subprocess.Popen[str]:
+    """A Python child process that opens ``data`` (state in ``store``: ``None`` the embedded
+    one, else a PostgreSQL URL) and runs ``body`` after one finished run of "s"."""
     code = textwrap.dedent(
         f"""
         import os, sys, time
-        from agentic_retrieval.kb.service import ServiceDirectory
-        service = ServiceDirectory({str(data)!r})
+        from agentic_retrieval.kb.service_state import open_service
+        service = open_service({str(data)!r}, {store!r})
         with service.ingestion_run("s") as run:
             run.processed += 1
         """
@@ -39,9 +40,11 @@ def run_in_child(data, body: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
-def test_a_run_is_in_progress_while_its_process_lives_and_interrupted_once_it_dies(tmp_path):
+def test_a_run_is_in_progress_while_its_process_lives_and_interrupted_once_it_dies(
+    tmp_path, service_store, open_service_state
+):
     data = tmp_path / "data"
-    ServiceDirectory(data).close()
+    open_service_state(data).close()
     # one finished run, then one that hangs until killed
     child = run_in_child(
         data,
@@ -50,10 +53,11 @@ def test_a_run_is_in_progress_while_its_process_lives_and_interrupted_once_it_di
             print("started", flush=True)
             time.sleep(60)
         """,
+        service_store,
     )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "started"
-        service = ServiceDirectory(data)
+        service = open_service_state(data)
         live = service.ingestion("s")
         assert live.current is not None and live.runs == 1
         assert service.reconcile_ingestion() == []  # a live run is left alone
@@ -70,18 +74,21 @@ def test_a_run_is_in_progress_while_its_process_lives_and_interrupted_once_it_di
     service.close()
 
 
-def test_reconciling_at_start_settles_every_run_a_killed_process_left(tmp_path):
+def test_reconciling_at_start_settles_every_run_a_killed_process_left(
+    tmp_path, service_store, open_service_state
+):
     data = tmp_path / "data"
-    ServiceDirectory(data).close()
+    open_service_state(data).close()
     child = run_in_child(
         data,
         """
         with service.ingestion_run("t") as run:
             os._exit(9)
         """,
+        service_store,
     )
     assert child.wait(30) == 9
-    service = ServiceDirectory(data)
+    service = open_service_state(data)
     assert service.reconcile_ingestion() == ["t"]
     assert service.ingestion("t").current is None
     assert service.ingestion("s").current is None and service.ingestion("s").runs == 1
@@ -89,8 +96,10 @@ def test_reconciling_at_start_settles_every_run_a_killed_process_left(tmp_path):
     service.close()
 
 
-def test_runs_at_once_on_one_store_each_finish_without_hiding_the_other(tmp_path):
-    service = ServiceDirectory(tmp_path / "data")
+def test_runs_at_once_on_one_store_each_finish_without_hiding_the_other(
+    tmp_path, open_service_state
+):
+    service = open_service_state(tmp_path / "data")
     with service.ingestion_run("s"):
         with service.ingestion_run("s") as inner:
             inner.processed = 3

@@ -458,13 +458,12 @@ class PostgresServiceDirectory:
             conn.execute("DELETE FROM ar_service_runs WHERE run = %s", (run_id,))
             conn.execute(
                 "INSERT INTO ar_service_ingestion (store, runs, total_seconds, total_items, last) "
-                "SELECT %s, 1, %s, %s, %s WHERE EXISTS "
-                "(SELECT 1 FROM ar_service_definitions WHERE store = %s) "
-                "ON CONFLICT (store) DO UPDATE SET runs = ar_service_ingestion.runs + 1, "
+                "VALUES (%s, 1, %s, %s, %s) ON CONFLICT (store) DO UPDATE SET "
+                "runs = ar_service_ingestion.runs + 1, "
                 "total_seconds = ar_service_ingestion.total_seconds + EXCLUDED.total_seconds, "
                 "total_items = ar_service_ingestion.total_items + EXCLUDED.total_items, "
                 "last = EXCLUDED.last",
-                (store, seconds, run.processed + run.failed + run.skipped, _run_json(run), store),
+                (store, seconds, run.processed + run.failed + run.skipped, _run_json(run)),
             )
 
     # --- plumbing ---------------------------------------------------------------------------
