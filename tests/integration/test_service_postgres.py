@@ -263,3 +263,39 @@ def test_a_stores_writers_wait_for_each_other_across_replicas(tmp_path, postgres
     finally:
         for database in databases:
             database.close()
+
+
+def test_a_process_holds_at_most_its_pool_of_connections(postgres_url, monkeypatch):
+    """Many request threads share a bounded pool: the database sees at most its size."""
+    import psycopg
+
+    from agentic_retrieval.sources.postgres import Database
+
+    monkeypatch.setenv("AGENTIC_RETRIEVAL_POSTGRES_POOL", "3")
+    database = Database(postgres_url)
+    dbname = postgres_url.rsplit("/", 1)[1]
+    seen: list[int] = []
+
+    def busy(_: int) -> None:
+        with database.connection() as conn:
+            conn.execute("SELECT pg_sleep(0.2)")
+
+    def connections() -> int:
+        with psycopg.connect(postgres_url, autocommit=True) as probe:
+            row = probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                "pg_backend_pid()",
+                (dbname,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            running = pool.map(busy, range(24))
+            for _ in range(5):
+                time.sleep(0.15)
+                seen.append(connections())
+            list(running)
+        assert 1 <= max(seen) <= 3
+    finally:
+        database.close()

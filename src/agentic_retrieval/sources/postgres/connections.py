@@ -1,14 +1,19 @@
-"""Connections to one PostgreSQL database: one per thread, reopened after the server returns.
+"""Connections to one PostgreSQL database: a bounded pool, reopened after the server returns.
 
-Every store operation runs through :meth:`Database.connection`; a connection the server
-dropped (restart, failover, network) is discarded and the next operation opens a fresh one,
-so a process recovers by itself once the database is back. While it cannot connect, the
+Every store operation runs through :meth:`Database.connection`, which lends the calling thread
+one connection of a pool of at most :data:`POOL_SIZE_ENV` (default
+:data:`DEFAULT_POOL_SIZE`) for the outermost block, and the same one to every block nested in
+it (a transaction and the writes inside it share it); a server's many request threads so never
+hold more connections than that, however many replicas share the database. A connection the
+server dropped (restart, failover, network) is discarded and the next operation opens a fresh
+one, so a process recovers by itself once the database is back. While it cannot connect, the
 operation raises :class:`~agentic_retrieval.errors.StoreUnavailableError` with a one-line
 reason and never the driver's traceback; the password of the URL is never shown.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,12 +21,18 @@ from functools import wraps
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from agentic_retrieval.errors import DatabaseUnavailableError, StoreError, StoreUnavailableError
 from agentic_retrieval.sources.postgres import schema
 
 CONNECT_TIMEOUT_SECONDS = 5
+POOL_SIZE_ENV = "AGENTIC_RETRIEVAL_POSTGRES_POOL"
+"""The environment variable bounding each process's connections to one database."""
+DEFAULT_POOL_SIZE = 16
+POOL_WAIT_SECONDS = 30
+"""How long an operation waits for a free connection before it is refused (503)."""
 URL_SCHEMES = ("postgresql://", "postgres://")
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -76,8 +87,11 @@ class Database:
         self.label = safe_url(url)
         self._local = threading.local()
         self._all: list[Connection] = []
+        self._idle: list[Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.pool_size = _pool_size()
+        self._slots = threading.BoundedSemaphore(self.pool_size)
         with self.connection() as conn:
             schema.migrate(conn)
 
@@ -107,29 +121,68 @@ class Database:
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
-        """This thread's connection, opened (again) when it has none or the server dropped it.
+        """A connection of the pool for this thread's block (the same one inside it).
 
         Raises:
             StoreUnavailableError: The database cannot be reached (the connection is dropped,
-                so the next call tries again).
+                so the next call tries again), or every connection stayed busy for
+                :data:`POOL_WAIT_SECONDS`.
         """
         if self._closed:
             raise StoreUnavailableError(self.label, "it was closed")
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or conn.broken:
-            conn = self._open()
-            self._local.conn = conn
+        held: Connection | None = getattr(self._local, "conn", None)
+        if held is not None:  # nested in this thread's block: its connection
+            with self._converted(held):
+                yield held
+            return
+        if not self._slots.acquire(timeout=POOL_WAIT_SECONDS):
+            raise DatabaseUnavailableError(
+                self.label, f"all {self.pool_size} connections stayed busy; retry shortly"
+            )
         try:
-            yield conn
-        except psycopg.OperationalError as exc:
-            self._drop(conn)
-            raise unavailable(self.label, exc) from None
-        except psycopg.InterfaceError as exc:
-            self._drop(conn)
+            conn = self._take()
+            self._local.conn = conn
+            try:
+                with self._converted(conn):
+                    yield conn
+            finally:
+                self._local.conn = None
+                self._give_back(conn)
+        finally:
+            self._slots.release()
+
+    @contextmanager
+    def _converted(self, conn: Connection) -> Iterator[None]:
+        """The driver's connection errors as :class:`DatabaseUnavailableError`."""
+        try:
+            yield
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise unavailable(self.label, exc) from None
 
+    def _take(self) -> Connection:
+        """An idle connection that still works, or a new one."""
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._open()
+            if conn.closed or conn.broken:
+                self._drop(conn)
+                continue
+            return conn
+
+    def _give_back(self, conn: Connection) -> None:
+        """Keep ``conn`` for the next block, unless it broke or was left in a transaction."""
+        if conn.closed or conn.broken or self._closed:
+            self._drop(conn)
+            return
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            self._drop(conn)
+            return
+        with self._lock:
+            self._idle.append(conn)
+
     def _drop(self, conn: Connection) -> None:
-        self._local.conn = None
         with self._lock:
             if conn in self._all:
                 self._all.remove(conn)
@@ -139,9 +192,23 @@ class Database:
         """Close every connection this object opened."""
         self._closed = True
         with self._lock:
-            connections, self._all = self._all, []
+            connections, self._all, self._idle = self._all, [], []
         for conn in connections:
             conn.close()
+
+
+def _pool_size() -> int:
+    """The pool's bound: ``$AGENTIC_RETRIEVAL_POSTGRES_POOL``, else :data:`DEFAULT_POOL_SIZE`.
+
+    Raises:
+        StoreError: A value that is not a positive whole number.
+    """
+    text = os.environ.get(POOL_SIZE_ENV, "").strip()
+    if not text:
+        return DEFAULT_POOL_SIZE
+    if not text.isdigit() or int(text) < 1:
+        raise StoreError(f"${POOL_SIZE_ENV} must be a whole number of at least 1, not {text!r}")
+    return int(text)
 
 
 class _HasDatabase(Protocol):
