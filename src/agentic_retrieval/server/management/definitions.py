@@ -26,8 +26,8 @@ from agentic_retrieval.kb.service import (
     DefinitionKind,
     StoredDefinition,
 )
-from agentic_retrieval.kb.topic_profiles import require_topic_graph_version
 from agentic_retrieval.kb.service_state import ServiceState
+from agentic_retrieval.kb.topic_profiles import require_topic_graph_version
 from agentic_retrieval.server.management.common import (
     Management,
     add_routes,

@@ -320,14 +320,19 @@ class DocumentStore:
         depth = max(wanted, 50)
         hits: list[DocumentHit] = []
         for _ in range(_SEARCH_DEPTH_ROUNDS):
-            chunks = self.store.search(
-                text,
-                top=depth,
-                filter_expr=filter_expr,
-                query_vector=vector,
-                access=access,
-                topic_graph=topic_graph,
-            )
+            if isinstance(self.store, LocalStore):
+                chunks = self.store.search(
+                    text,
+                    top=depth,
+                    filter_expr=filter_expr,
+                    query_vector=vector,
+                    access=access,
+                    topic_graph=topic_graph,
+                )
+            else:  # a PostgreSQL store keeps no topic index: it ranks without sampling
+                chunks = self.store.search(
+                    text, top=depth, filter_expr=filter_expr, query_vector=vector, access=access
+                )
             hits = _group(chunks) if per_unit else [_hit(c) for c in chunks]
             if len(hits) >= wanted or len(chunks) < depth:
                 break
