@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +296,79 @@ def test_a_failed_batch_leaves_the_statistics_as_they_were(postgres_url: str) ->
     assert [(h.doc_key, h.score) for h in source.search_sync("late fee tram")] == [
         (h.doc_key, h.score) for h in before
     ]
+
+
+def _zipf_records(count: int) -> list[dict[str, object]]:
+    """Records of 5-40 made-up words drawn by a Zipf law: a few words in almost every record."""
+    rng = random.Random(11)
+    syllables = ["ba", "ko", "ri", "tu", "ze", "mo", "la", "pe", "di", "nu"]
+    words = sorted({rng.choice(syllables) + rng.choice(syllables) + "k" for _ in range(400)})
+    weights = [1 / (rank + 1) for rank in range(len(words))]
+    return [
+        {
+            "id": f"r{n}",
+            "text": " ".join(rng.choices(words, weights, k=rng.randint(5, 40))),
+            "year": 2020 + n % 3,
+        }
+        for n in range(count)
+    ]
+
+
+def test_pruned_bm25_returns_the_exhaustive_top_k(postgres_url: str, monkeypatch) -> None:
+    from agentic_retrieval.sources.postgres import lexical
+
+    records = _zipf_records(300)
+    source = PostgresKnowledgeSource("zipf", postgres_url, create=True)
+    assert source.add_documents(records).ok
+    year = {str(r["id"]): r["year"] for r in records}
+    words = str(records[0]["text"]).split() + str(records[1]["text"]).split()
+    rng = random.Random(5)
+    queries = [" ".join(rng.sample(words, rng.randint(2, 6))) for _ in range(25)]
+    # a small seed: the threshold is learnt from a few postings, so every path is taken
+    monkeypatch.setattr(lexical, "SEED_POSTINGS", 40)
+    with psycopg.connect(postgres_url) as conn:
+        for text, expr in [(q, None) for q in queries] + [(q, "year eq 2021") for q in queries]:
+            lexemes = conn.execute(lexical.LEXEMES_SQL, (text,)).fetchone()[0]
+            expected = _reference_bm25(conn, "zipf", lexemes)
+            if expr:
+                expected = {k: v for k, v in expected.items() if year[k.split("#")[0]] == 2021}
+            hits = source.store.search(
+                text, top=20, filter_expr=parse_filter(expr) if expr else None
+            )
+            best = sorted(expected.values(), reverse=True)[:20]
+            assert [h.score for h in hits] == pytest.approx(best), text
+            assert all(h.score == pytest.approx(expected[h.id]) for h in hits), text
+
+
+def test_bm25_does_not_read_every_posting_of_a_common_word(postgres_url: str, monkeypatch):
+    from agentic_retrieval.sources.postgres import lexical
+
+    # "common" is in all 400 records, "mid" in 60: the best 50 for "common mid" all hold
+    # "mid", and "common" (idf ~0) cannot lift a chunk without it above them
+    records = [
+        {"id": f"r{n}", "text": "common " * (1 + n % 4) + ("mid " * (1 + n % 3) if n < 60 else "")}
+        for n in range(400)
+    ]
+    source = PostgresKnowledgeSource("skew", postgres_url, create=True)
+    assert source.add_documents(records).ok
+    monkeypatch.setattr(lexical, "SEED_POSTINGS", 100)
+
+    def postings_read(ranking: str) -> tuple[list[str], int]:
+        source.store.lexical_ranking = ranking  # type: ignore[assignment]
+        counted = (  # this backend's count, until its statistics are next flushed
+            "SELECT sum(pg_stat_get_xact_tuples_returned(indexrelid)) FROM pg_index "
+            "WHERE indrelid = 'ar_postings'::regclass"
+        )
+        with source.store.database.connection() as conn, conn.transaction():
+            # as on a table too large to read whole: 400 rows fit a page or two
+            conn.execute("SET LOCAL enable_seqscan = off")
+            before = conn.execute(counted).fetchone()[0]
+            hits = source.store.search("common mid", top=50)
+            after = conn.execute(counted).fetchone()[0]
+        return [h.id for h in hits], int(after - before)
+
+    exhaustive, everything = postings_read("bm25_exhaustive")
+    pruned, read = postings_read("bm25")
+    assert pruned == exhaustive
+    assert everything >= 460
+    assert read < 400  # fewer than the common word's postings alone

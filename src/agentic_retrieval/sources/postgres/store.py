@@ -37,7 +37,9 @@ class PostgresStore(PostgresContents):
         database: A :class:`Database`, or its URL (opened and migrated here).
         name: The store's name within the database.
         create: Create the store when the database has none of that name.
-        lexical_ranking: ``bm25`` (the default, the embedded store's ranking) or
+        lexical_ranking: ``bm25`` (the default, the embedded store's ranking, its top k
+            found without summing every posting), ``bm25_exhaustive`` (the same ranking from
+            every posting of the query's terms; kept to measure the pruning against) or
             ``ts_rank_cd`` (PostgreSQL's own; kept for comparison).
 
     Raises:
@@ -130,10 +132,7 @@ class PostgresStore(PostgresContents):
         lexemes: list[str] = list(row[0]) if row else []
         if not lexemes:
             return []
-        sql, query_params = lexical.ranking_query(
-            self.lexical_ranking, self.name, lexemes, (where, params), depth
-        )
-        return [(int(r[0]), float(r[1])) for r in conn.execute(sql, query_params)]
+        return lexical.rank(conn, self.lexical_ranking, self.name, lexemes, (where, params), depth)
 
     def _dense(
         self,
