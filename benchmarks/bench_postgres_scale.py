@@ -257,7 +257,7 @@ def index_both(args: argparse.Namespace, records: Path, server: Any) -> dict[str
     import psycopg
 
     figures: dict[str, Any] = {}
-    database = args.work / "embedded" / "wiki.sqlite"
+    database = args.embedded
     if not database.exists():
         print(f"indexing the embedded store (load {load()})", flush=True)
         figures["embedded"] = index_embedded(database, records)
@@ -319,7 +319,7 @@ def query_all(args: argparse.Namespace, server: Any) -> dict[str, Any]:
     queries = [json.loads(line) for line in (args.corpus / "queries.jsonl").open()]
     queries = queries[: args.queries]
     embeddings = HashingEmbeddings(DIMENSION)
-    local = LocalStore(args.work / "embedded" / "wiki.sqlite")
+    local = LocalStore(args.embedded)
     pg = PostgresStore(server.url, "wiki")
     series: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     overlaps: list[float] = []
@@ -335,9 +335,9 @@ def query_all(args: argparse.Namespace, server: Any) -> dict[str, Any]:
             runs: list[tuple[str, Any, list[float] | None]] = [
                 ("embedded lexical", local, None),
                 ("postgres lexical", pg, None),
-                ("embedded hybrid", local, vector),
-                ("postgres hybrid", pg, vector),
             ]
+            if not args.lexical_only:
+                runs += [("embedded hybrid", local, vector), ("postgres hybrid", pg, vector)]
             if args.exhaustive:
                 runs.append(("postgres lexical exhaustive", exhaustive, None))
             found: dict[str, list[str]] = {}
@@ -348,12 +348,13 @@ def query_all(args: argparse.Namespace, server: Any) -> dict[str, Any]:
                 found[label] = [h.id for h in hits]
                 for key in ("all", kind):
                     series[label][key].append(elapsed)
-            for label, times in (
-                ("embedded vector part", local_dense),
-                ("postgres vector part", pg_dense),
-            ):
-                for key in ("all", kind):
-                    series[label][key].append(times[-1])
+            if not args.lexical_only:
+                for label, times in (
+                    ("embedded vector part", local_dense),
+                    ("postgres vector part", pg_dense),
+                ):
+                    for key in ("all", kind):
+                        series[label][key].append(times[-1])
             if args.exhaustive:
                 truth = found["postgres lexical exhaustive"]
                 same = len(set(truth) & set(found["postgres lexical"]))
@@ -394,6 +395,11 @@ def main() -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--skip-index", action="store_true")
+    parser.add_argument("--index-only", action="store_true")
+    parser.add_argument("--lexical-only", action="store_true", help="no hybrid searches")
+    parser.add_argument(
+        "--embedded", type=Path, help="the embedded store (default WORK/embedded/wiki.sqlite)"
+    )
     parser.add_argument("--sample", type=int, default=1000, help="records written incrementally")
     parser.add_argument("--exhaustive", action="store_true", help="also the exhaustive BM25")
     parser.add_argument("--keep", action="store_true", help="leave the server running")
@@ -402,6 +408,7 @@ def main() -> int:
     if not records.is_file():
         parser.error(f"{records} is missing: generate it with corpus_wiki_like.py")
     args.work.mkdir(parents=True, exist_ok=True)
+    args.embedded = args.embedded or args.work / "embedded" / "wiki.sqlite"
     result_file = args.work / "result.json"
     result: dict[str, Any] = json.loads(result_file.read_text()) if args.skip_index else {}
     server = start_server(args.work, fresh=not args.skip_index)
@@ -409,6 +416,8 @@ def main() -> int:
         if not args.skip_index:
             result["indexing"] = index_both(args, records, server)
             result_file.write_text(json.dumps(result, indent=1))
+        if args.index_only:
+            return 0
         result["queries"] = query_all(args, server)
         result_file.write_text(json.dumps(result, indent=1))
     finally:
