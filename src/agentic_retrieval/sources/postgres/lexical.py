@@ -16,15 +16,15 @@ User text is never parsed as ``tsquery`` syntax: the store's own query terms
 (:func:`~agentic_retrieval.sources.local.store.lexical.query_terms`) are analysed by
 ``to_tsvector`` and each resulting lexeme is quoted into an OR query.
 
-BM25's top k is found without summing every posting of a query's common words
-(:func:`bm25_top`, MaxScore's argument): a term adds at most ``idf * (k1 + 1)`` to a chunk's
-score, so once ``k`` chunks are known to score ``θ``, a chunk holding only terms whose bounds
-sum below ``θ`` cannot be among the best. The postings of the query's rarest terms are scored
-first (over all its terms) to learn ``θ``; then only chunks holding an *essential* term (one
-outside the longest run of the weakest terms whose bounds stay under ``θ``) are scored, each
-by index lookups of the other terms. The result is the exhaustive ranking's top ``k``, scores
-included (a test checks it against BM25 recomputed in Python; benchmarks/README.md,
-"PostgreSQL at 120k chunks", measures what it saves).
+``bm25_pruned`` finds the same top k without summing every posting of a query's common
+words (:func:`bm25_top`, MaxScore's argument): a term adds at most ``idf * (k1 + 1)`` to a
+chunk's score, so once ``k`` chunks are known to score ``θ``, a chunk holding only terms whose
+bounds sum below ``θ`` cannot be among the best. The postings of the query's rarest terms are
+scored first (over all its terms) to learn ``θ``; then only chunks holding an *essential* term
+are scored, each by index lookups of the other terms. It returns the exhaustive ranking's top
+``k``, scores included, but measured at 120k chunks it is no faster (benchmarks/README.md,
+"PostgreSQL at 120k chunks": a posting looked up costs about three read in order, and the
+bound leaves most postings essential), so the exhaustive sum stays the default.
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ from agentic_retrieval.sources.local.store.lexical import query_terms
 from agentic_retrieval.sources.postgres.connections import Connection
 from agentic_retrieval.sources.postgres.schema import TEXT_CONFIG
 
-LexicalRanking = Literal["bm25", "bm25_exhaustive", "ts_rank_cd"]
+LexicalRanking = Literal["bm25", "bm25_pruned", "ts_rank_cd"]
 K1 = 1.2
 B = 0.75
-SEED_POSTINGS = 4_000
+SEED_POSTINGS = 500
 """Postings of a query's rarest terms scored first to learn the score a hit must beat."""
-EXHAUSTIVE_SHARE = 0.5
+EXHAUSTIVE_SHARE = 0.1
 """Sum every posting instead when the essential terms hold more than this share of them:
-looking each candidate's other terms up costs more than reading their postings in order."""
+looking each candidate's other terms up costs more than reading their postings in order
+(500 and 0.1 were the fastest of three settings tried at 120k chunks; none beat the sum)."""
 
 LEXEMES_SQL = (
     f"SELECT coalesce(array_agg(lexeme ORDER BY lexeme), '{{}}') "
@@ -156,10 +157,13 @@ def _score(
     """The best ``limit`` of ``rids`` by their full score (each term looked up per chunk)."""
     if not rids:
         return []
+    # per term, one index scan for the candidates (OFFSET 0 keeps it a nested loop): left to
+    # itself the planner read every posting of every candidate (a skip scan over all terms)
     sql = (
         f"SELECT p.rid, sum({_score_sql()}) AS score "
         "FROM unnest(%s::text[], %s::float8[]) AS w(term, idf) "
-        "JOIN ar_postings p ON p.store = %s AND p.term = w.term AND p.rid = ANY(%s::bigint[]) "
+        "CROSS JOIN LATERAL (SELECT q.rid, q.tf, q.length FROM ar_postings q "
+        "WHERE q.store = %s AND q.term = w.term AND q.rid = ANY(%s::bigint[]) OFFSET 0) p "
         "GROUP BY p.rid ORDER BY score DESC, p.rid LIMIT %s"
     )
     rows = conn.execute(sql, [w.avgdl, w.terms, w.idf, store, rids, limit])
@@ -191,12 +195,12 @@ def bm25_top(
     where: tuple[str, list[Any]],
     limit: int,
     *,
-    exhaustive: bool = False,
+    exhaustive: bool = True,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best chunks passing ``where`` (a condition on ``c``, ``f``) by BM25.
 
-    Ties are broken by ``rid``, as the exhaustive sum breaks them. ``exhaustive`` sums every
-    posting of the query's terms (the reference the pruned search is measured against).
+    Ties are broken by ``rid``. ``exhaustive`` (the default) sums every posting of the query's
+    terms; otherwise the top k is pruned (MaxScore, see the module's docstring), same result.
     """
     w = weights(conn, store, lexemes)
     if not w.terms:
@@ -224,7 +228,7 @@ def rank(
 ) -> list[tuple[int, float]]:
     """One store's ``limit`` best chunks for ``lexemes`` that pass ``where``, by ``ranking``."""
     if ranking != "ts_rank_cd":
-        return bm25_top(conn, store, lexemes, where, limit, exhaustive=ranking != "bm25")
+        return bm25_top(conn, store, lexemes, where, limit, exhaustive=ranking == "bm25")
     condition, values = where
     query = tsquery(lexemes)
     sql = (

@@ -37,10 +37,10 @@ class PostgresStore(PostgresContents):
         database: A :class:`Database`, or its URL (opened and migrated here).
         name: The store's name within the database.
         create: Create the store when the database has none of that name.
-        lexical_ranking: ``bm25`` (the default, the embedded store's ranking, its top k
-            found without summing every posting), ``bm25_exhaustive`` (the same ranking from
-            every posting of the query's terms; kept to measure the pruning against) or
-            ``ts_rank_cd`` (PostgreSQL's own; kept for comparison).
+        lexical_ranking: ``bm25`` (the default, the embedded store's ranking),
+            ``bm25_pruned`` (the same top k without summing every posting of common terms;
+            no faster at 120k chunks, kept to measure against) or ``ts_rank_cd``
+            (PostgreSQL's own; kept for comparison).
 
     Raises:
         StoreError: An invalid URL or name.
