@@ -1,8 +1,10 @@
-"""File knowledge sources embed their uploads in batches and say how they rank.
+"""File knowledge sources embed their uploads after storing them, in batches, and say how they rank.
 
 The model here is a recording stand-in (hashed words), so the tests measure what the store
-does with vectors, not the bundled model: batches a query can slip between, the mode a store
-reads from what it holds, and progress that goes to the server's log, never to stdout.
+does with vectors, not the bundled model: an upload found by its words before its vectors
+exist, batches a query can slip between, pending work kept in the store (never stale vectors
+for a replaced file), one embedding process per store, the mode a store reads from what it
+holds, and progress that goes to the server's log, never to stdout.
 """
 
 from __future__ import annotations
@@ -10,12 +12,21 @@ from __future__ import annotations
 import logging
 
 import pytest
+from filelock import FileLock
 
 from agentic_retrieval.cli.commands import serve as serve_command
 from agentic_retrieval.errors import ResourceConflictError
-from agentic_retrieval.kb import files as files_module
-from agentic_retrieval.kb.files import EmbeddingProgress, FileUpload, SourceFiles
-from agentic_retrieval.sources.local.documents import EMBED_BATCH, DocumentStore
+from agentic_retrieval.kb import background_embedding as embedding_module
+from agentic_retrieval.kb.background_embedding import BackgroundEmbedder
+from agentic_retrieval.kb.catalog import ServiceCatalog
+from agentic_retrieval.kb.files import FileUpload, SourceFiles
+from agentic_retrieval.kb.management import put_knowledge_source
+from agentic_retrieval.kb.service import ServiceDirectory
+from agentic_retrieval.sources.local.documents import (
+    EMBED_BATCH,
+    DocumentStore,
+    EmbeddingProgress,
+)
 from agentic_retrieval.sources.local.store import LocalStore
 from agentic_retrieval.testing import HashingEmbeddings
 
@@ -46,16 +57,87 @@ def long_markdown(paragraphs: int) -> bytes:
     return f"# Trams\n\n{body}".encode()
 
 
-def test_a_large_file_is_embedded_in_batches_a_query_can_slip_between(store):
+def test_an_upload_is_found_by_its_words_at_once_and_embedded_afterwards_in_batches(store):
     model = Recording()
     documents = DocumentStore(store, chunk_size=120, overlap=0, embeddings=model)
     files = SourceFiles(documents, max_file_bytes=1_000_000, max_files=10)
     files.upload(FileUpload("trams.md", long_markdown(200), {}))
-    assert sum(model.calls) == store.count_chunks() > 2 * EMBED_BATCH
+    assert model.calls == []  # the upload answered without waiting for the model
+    total = store.count_chunks()
+    assert documents.embedding_progress() == EmbeddingProgress(total, 0)
+    mode = documents.retrieval_mode()
+    assert mode.mode == "hybrid" and "partly lexical" in (mode.note or "")
+    hits = documents.search("depot tram 7", top=3, vector=documents.query_vector("depot tram 7"))
+    assert hits and "tram number 7 and" in hits[0].chunk.content  # by its words
+    assert documents.embed_pending() == EMBED_BATCH
+    assert documents.embedding_progress() == EmbeddingProgress(total - EMBED_BATCH, EMBED_BATCH)
+    # half embedded: the chunks still pending are found by their words in the fused ranking
+    vector = documents.query_vector("tram 190")
+    hits = documents.search("tram 190", top=10, vector=vector, per_unit=False)
+    assert any("tram number 190 and" in hit.chunk.content for hit in hits)
+    while documents.embed_pending():
+        pass
+    assert sum(model.calls) == total > 2 * EMBED_BATCH
     assert max(model.calls) == EMBED_BATCH  # never the whole file in one call
-    assert documents.retrieval_mode().mode == "hybrid"
+    assert documents.embedding_progress() == EmbeddingProgress(0, total)
+    mode = documents.retrieval_mode()
+    assert (mode.mode, mode.note) == ("hybrid", None)  # nothing left to say
     hits = documents.search("depot tram 7", top=3, vector=documents.query_vector("depot tram 7"))
     assert hits and hits[0].chunk.similarity is not None  # searched with vectors
+
+
+def test_a_file_replaced_or_deleted_while_being_embedded_gets_no_stale_vectors(store):
+    documents = DocumentStore(store, embeddings=Recording())
+    files = SourceFiles(documents, max_file_bytes=10_000, max_files=10)
+    kept = files.upload(FileUpload("kept.md", b"# Kept\n\nthe tram depot", {})).file["fileId"]
+    gone = files.upload(FileUpload("gone.md", b"# Gone\n\nthe bus depot", {})).file["fileId"]
+    read = store.chunks_without_vectors(EMBED_BATCH)  # a batch read, being embedded...
+    vectors = Recording().embed_documents([content for _, _, content in read])
+    files.update(kept, FileUpload("kept.md", b"# Kept\n\nthe ferry pier", {}))
+    files.delete(gone)
+    assert store.write_vectors(read, vectors) == 0  # ...finds neither chunk it read
+    assert documents.embedding_progress() == EmbeddingProgress(1, 0)  # the new text waits
+    assert documents.embed_pending() == 1
+    [hit] = documents.search("ferry", top=1, vector=documents.query_vector("ferry"))
+    assert hit.chunk.similarity is not None and "ferry pier" in hit.chunk.content
+
+
+@pytest.fixture
+def service(tmp_path):
+    directory = ServiceDirectory(tmp_path / "data")
+    put_knowledge_source(directory, {"name": "docs", "kind": "file"})
+    catalog = ServiceCatalog(directory, embeddings=Recording())
+    yield directory, catalog
+    directory.close()
+
+
+def test_the_background_embedder_takes_pending_chunks_from_the_store_one_process_at_a_time(
+    service,
+):
+    directory, catalog = service
+    documents = catalog.file_documents("docs")
+    assert documents is not None
+    files = SourceFiles(documents, max_file_bytes=1_000_000, max_files=10)
+    files.upload(FileUpload("trams.md", long_markdown(600), {}))
+    pending = documents.embedding_progress().pending
+    stored = directory.get("knowledgeSource", "docs")
+    assert stored is not None and stored.store is not None and pending > EMBED_BATCH
+    other_process = FileLock(directory.path / "embedding" / f"{stored.store}.lock")
+    other_process.acquire()  # another worker embeds this store
+    embedder = BackgroundEmbedder(directory, catalog, retry_seconds=0.05)
+    try:
+        embedder.start()  # scans every file source: nothing was told, the store says it
+        assert not embedder.idle(timeout=0.5)  # waits for the lock, embeds nothing
+        assert documents.embedding_progress().pending == pending
+        other_process.release()  # that worker died: this one takes the work over
+        assert embedder.idle(timeout=30)
+        assert documents.embedding_progress() == EmbeddingProgress(0, pending)
+        files.upload(FileUpload("more.md", long_markdown(3), {}))
+        embedder.notify("docs")
+        assert embedder.idle(timeout=30)
+        assert documents.embedding_progress().pending == 0
+    finally:
+        embedder.close()
 
 
 def test_a_store_of_chunks_without_vectors_stays_lexical_and_says_why(store):
@@ -105,8 +187,8 @@ def test_a_store_holding_vectors_refuses_writes_it_could_not_embed(store):
 
 @pytest.fixture
 def server_logging():
-    """The server's logging of ingestion progress, removed afterwards (it is process-wide)."""
-    logger = logging.getLogger("agentic_retrieval.kb.files")
+    """The server's logging of embedding progress, removed afterwards (it is process-wide)."""
+    logger = logging.getLogger("agentic_retrieval.kb.background_embedding")
     level, handlers = logger.level, list(logger.handlers)
     yield logger
     logger.handlers[:] = handlers
@@ -121,17 +203,18 @@ def test_embedding_progress_goes_to_the_servers_log_with_time_left_and_the_opt_o
     handlers = server_logging.handlers
     assert sum(isinstance(h, serve_command._ProgressHandler) for h in handlers) == 1
     now = [1000.0]
-    monkeypatch.setattr(files_module.time, "monotonic", lambda: now[0])
-    progress = EmbeddingProgress("big.pdf")
-    progress(32, 3200)  # a quick file says nothing
-    now[0] += files_module.PROGRESS_AFTER_SECONDS
-    progress(400, 3200)
+    monkeypatch.setattr(embedding_module.time, "monotonic", lambda: now[0])
+    progress = embedding_module._Progress("docs", 3200)
+    progress(32)  # a quick store says nothing
+    now[0] += embedding_module.PROGRESS_AFTER_SECONDS
+    progress(368)
     now[0] += 1.0
-    progress(432, 3200)  # too soon after the last line
+    progress(32)  # too soon after the last line
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = [line for line in captured.err.splitlines() if "embedding" in line]
     assert lines == [
-        "INFO:     embedding 'big.pdf': 400/3200 chunks, 5 s elapsed, about 35 s left "
-        "(serve --no-embeddings or $AGENTIC_RETRIEVAL_NO_EMBEDDINGS=1: lexical only, faster)"
+        "INFO:     embedding knowledge source 'docs': 400/3200 chunks, 5 s elapsed, about "
+        "35 s left (found by their words meanwhile; serve --no-embeddings or "
+        "$AGENTIC_RETRIEVAL_NO_EMBEDDINGS=1: lexical only)"
     ]

@@ -1,7 +1,9 @@
 """The files of a ``file`` knowledge source: upload, update, list, delete.
 
 Each file is converted to text, chunked and indexed on its own (its chunks are replaced in
-one transaction).
+one transaction, found by their words as soon as it commits); where the source ranks hybrid,
+its chunks get their vectors afterwards (:meth:`DocumentStore.embed_pending`: a server runs it
+in the background, :mod:`agentic_retrieval.kb.background_embedding`).
 
 A file is described as Azure describes it (``KnowledgeSourceFile``): ``fileId``,
 ``fileName`` (it may hold a path: ``notes/build26/features.md``), ``prefix`` (that path's
@@ -19,8 +21,6 @@ ids sent to a source that does not ingest them are refused rather than dropped.
 from __future__ import annotations
 
 import hashlib
-import logging
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR
 from agentic_retrieval.errors import (
     ConversionInterruptedError,
     ConversionLimitError,
@@ -48,8 +47,6 @@ from agentic_retrieval.sources.local.documents import DocumentStore, PreparedUni
 from agentic_retrieval.sources.local.formats import missing_converter
 from agentic_retrieval.sources.local.loaders import SUPPORTED_EXTENSIONS, LoadedDocument, load_file
 
-logger = logging.getLogger(__name__)
-
 _PARSING_MODES = {
     ".md": "markdown",
     ".markdown": "markdown",
@@ -58,8 +55,6 @@ _PARSING_MODES = {
     ".json": "json",
 }
 _INTERNAL = ("contentHash",)
-PROGRESS_AFTER_SECONDS = 5.0
-PROGRESS_EVERY_SECONDS = 5.0
 MAX_FILE_NAME = 1024
 
 
@@ -129,7 +124,7 @@ class SourceFiles:
         self.check(upload)
         document = document or convert(upload)  # the slow part, before writers are held up
         file_id = str(uuid.uuid4())
-        prepared = self._prepare(file_id, upload, document)  # embedding too
+        prepared = self._prepare(file_id, upload, document)
         with self.documents.store.transaction():  # one writer: names stay unique
             existing = self._by_name(upload.file_name)
             if existing is not None:
@@ -285,13 +280,12 @@ class SourceFiles:
         return next((f for f in self.all() if f["fileName"] == name), None)
 
     def _prepare(self, file_id: str, upload: FileUpload, document: LoadedDocument) -> PreparedUnit:
-        """The file's chunks and, where the source ranks hybrid, their vectors (no lock held)."""
+        """The file's chunks (no lock held; vectors come after the write, where it ranks hybrid)."""
         return self.documents.prepare(
             file_id,
             title=document.title,
             sections=document.sections,
             fields=_fields(file_id, upload, document),
-            progress=EmbeddingProgress(upload.file_name),
         )
 
     def _write(
@@ -337,41 +331,6 @@ class SourceFiles:
 def _fields(file_id: str, upload: FileUpload, document: LoadedDocument) -> dict[str, Any]:
     """The filterable fields every chunk of the file shares."""
     return {"file_id": file_id, "file_name": upload.file_name, "title": document.title}
-
-
-class EmbeddingProgress:
-    """Logs how far embedding a large file has gone, with the time left and the opt-out.
-
-    A server has no terminal for a progress bar: a file whose embedding takes longer than
-    :data:`PROGRESS_AFTER_SECONDS` is reported in the log (INFO), at most every
-    :data:`PROGRESS_EVERY_SECONDS`, never on stdout.
-    """
-
-    def __init__(self, file_name: str) -> None:
-        self.file_name = file_name
-        self.started = time.monotonic()
-        self.last = self.started
-
-    def __call__(self, done: int, total: int) -> None:
-        """One batch embedded: ``done`` of ``total`` chunks."""
-        now = time.monotonic()
-        elapsed = now - self.started
-        if elapsed < PROGRESS_AFTER_SECONDS or (
-            now - self.last < PROGRESS_EVERY_SECONDS and done < total
-        ):
-            return
-        self.last = now
-        left = elapsed / done * (total - done) if done else 0.0
-        logger.info(
-            "embedding %r: %d/%d chunks, %.0f s elapsed, about %.0f s left (serve "
-            "--no-embeddings or $%s=1: lexical only, faster)",
-            self.file_name,
-            done,
-            total,
-            elapsed,
-            left,
-            NO_EMBEDDINGS_ENV_VAR,
-        )
 
 
 def convert(upload: FileUpload) -> LoadedDocument:

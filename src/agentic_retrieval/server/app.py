@@ -20,6 +20,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentic_retrieval.embeddings import local_embeddings
+from agentic_retrieval.kb.background_embedding import BackgroundEmbedder
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.graph_sync import GraphSynchronizer
 from agentic_retrieval.kb.service_state import ServiceState
@@ -103,6 +104,12 @@ def create_app(
         else None
     )
     registry = KnowledgeBaseRegistry(fixed, catalog)
+    # uploads answer once stored; their vectors are made afterwards, one thread a process
+    embedder = (
+        BackgroundEmbedder(service, catalog)
+        if service is not None and catalog is not None and settings.embeddings
+        else None
+    )
     keys = settings.keys()
     policy = settings.access_policy()
     # every knowledge base, a service's included (its MCP server starts on first use)
@@ -132,6 +139,9 @@ def create_app(
             await stack.enter_async_context(health.running())
             if service is not None:  # uploads convert through it: start it before the first
                 asyncio.get_running_loop().run_in_executor(None, conversions.warm_up)
+            if embedder is not None:  # chunks a stopped server left without vectors first
+                embedder.start()
+                stack.callback(embedder.close)
             if mounts is not None:
                 await stack.enter_async_context(mounts.running())
             yield
@@ -172,6 +182,7 @@ def create_app(
             conversions=conversions,
             limits=settings.definition_limits(),
             graphs=GraphSynchronizer(service) if service is not None else None,
+            embedder=embedder,
         ),
     )
     _add_routes(app, registry, keys, policy, health)

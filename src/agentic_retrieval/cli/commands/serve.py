@@ -272,10 +272,10 @@ def _log_ingestion_progress() -> None:
     """Show how far a large upload's embedding has gone in the server's log (stderr).
 
     Uvicorn configures its own loggers only: the library's INFO lines would go nowhere. Only
-    the file sources' ingestion logger is shown at INFO (its progress lines name the time
+    the file sources' background embedding logger is shown at INFO (its progress lines name the time
     left and the opt-out); the rest of the library keeps to warnings.
     """
-    progress = logging.getLogger("agentic_retrieval.kb.files")
+    progress = logging.getLogger("agentic_retrieval.kb.background_embedding")
     if any(isinstance(h, _ProgressHandler) for h in progress.handlers):
         return  # a second app in this process (tests), or a forked worker's parent set it
     handler = _ProgressHandler(sys.stderr)

@@ -19,6 +19,7 @@ from agentic_retrieval.errors import (
     StoreNotFoundError,
     StoreUnavailableError,
 )
+from agentic_retrieval.kb.background_embedding import BackgroundEmbedder
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.graph_sync import GraphSynchronizer
 from agentic_retrieval.kb.management import DefinitionLimits
@@ -66,6 +67,8 @@ class Management:
         conversions: Where uploaded files are converted (child processes, bounded).
         limits: How many indexes, knowledge sources and knowledge bases may be created.
         graphs: Runs the entity-graph extraction of file sources after their uploads.
+        embedder: Embeds file sources' chunks after their uploads (``None``: the server
+            runs with ``--no-embeddings``).
     """
 
     registry: KnowledgeBaseRegistry
@@ -78,6 +81,7 @@ class Management:
     conversions: ConversionPool = field(default_factory=ConversionPool)
     limits: DefinitionLimits = field(default_factory=DefinitionLimits)
     graphs: GraphSynchronizer | None = None
+    embedder: BackgroundEmbedder | None = None
 
     def require_service(self) -> tuple[ServiceState, ServiceCatalog]:
         """The data directory, or a 400 explaining how to get one."""

@@ -73,6 +73,7 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
         outcome = await in_store_thread(
             management, "knowledgeSource", name, _ingest, management, name, add, received
         )
+        _embed(management, name)
         _synchronize_graph(management, name)
         return JSONResponse(outcome.file, status_code=201)
 
@@ -94,6 +95,7 @@ def add_file_routes(app: FastAPI, management: Management) -> None:
             management, "knowledgeSource", name, _ingest, management, name, replace, received
         )
         if outcome.indexed:
+            _embed(management, name)
             _synchronize_graph(management, name)
         return JSONResponse(outcome.file)
 
@@ -198,6 +200,12 @@ def _id_list(metadata: dict[str, Any], name: str) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ApiError(400, f"metadata.{name}: expected a list of id strings.")
     return value
+
+
+def _embed(management: Management, name: str) -> None:
+    """Give the source's new chunks their vectors, in the background (answered already)."""
+    if management.embedder is not None:
+        management.embedder.notify(name)
 
 
 def _synchronize_graph(management: Management, name: str) -> None:

@@ -4,7 +4,10 @@ Kinds: ``searchIndex`` (over an index of this service) and ``file`` (files uploa
 source, see :mod:`~agentic_retrieval.server.management.files`). A source a knowledge base
 still uses cannot be deleted (409), nor can its kind change (400). A file source's status
 also says how it ranks: ``retrievalMode`` (``hybrid`` or ``lexical``), ``embeddingModel``
-(``local``: the bundled model, or ``null``) and, when lexical, ``retrievalNote`` (why).
+(``local``: the bundled model, or ``null``), ``embeddingProgress`` (``pendingChunks``: stored
+and found by their words, their vectors still being made in the background;
+``embeddedChunks``) and, when lexical or partly so while chunks are pending, ``retrievalNote``
+(why).
 """
 
 from __future__ import annotations
@@ -98,6 +101,11 @@ def _status(management: Management, stored: StoredDefinition) -> dict[str, Any]:
         retrieval = documents.retrieval_mode()
         body["retrievalMode"] = retrieval.mode
         body["embeddingModel"] = retrieval.model
+        progress = documents.embedding_progress()
+        body["embeddingProgress"] = {
+            "pendingChunks": progress.pending,
+            "embeddedChunks": progress.embedded,
+        }
         if retrieval.note is not None:
             body["retrievalNote"] = retrieval.note
     if kind.owns_store:  # it takes uploads

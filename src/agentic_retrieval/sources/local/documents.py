@@ -9,22 +9,30 @@ like any file. :meth:`DocumentStore.put` replaces a unit and its chunks in one t
 so a process killed mid-batch leaves every unit either entirely old or entirely new.
 
 Vectors: a store given an ``Embeddings`` (a file source of ``serve --data``, unless the server
-runs with ``--no-embeddings``) embeds each unit's chunks (:meth:`DocumentStore.prepare`, in
-batches of :data:`EMBED_BATCH`, before the write transaction) and searches hybrid. The store
-itself records the model beside its vectors (``vectors_made_with``), so which way a store
-ranks is read from it, never remembered elsewhere (:meth:`DocumentStore.retrieval_mode`): a
-store holding vectors keeps embedding with the model it records; an empty one follows the
-server; one holding chunks without vectors (written before file sources embedded, or by a
-server run with ``--no-embeddings``) stays lexical, as ``index`` leaves a lexical source. A
-store holding vectors takes no units from a server that cannot embed them with its model
-(:meth:`DocumentStore.write_refusal`): they would be found by their words only, silently.
+runs with ``--no-embeddings``) searches hybrid. A unit's chunks are written without vectors
+(:meth:`DocumentStore.put`: found by their words at once) and embedded afterwards
+(:meth:`DocumentStore.embed_pending`, in batches of :data:`EMBED_BATCH`, each written in its own
+transaction: a server does it in the background, see
+:mod:`agentic_retrieval.kb.background_embedding`). The pending work is the store's chunks
+without vectors, so a process killed meanwhile leaves nothing to remember: the next one embeds
+them. Until a chunk has its vector, hybrid search fuses the vectors there are with the lexical
+ranking of every chunk, so no chunk is ever unfindable.
+
+The store records the model beside its vectors (``vectors_made_with``, written with the first
+chunks even before their vectors), so which way a store ranks is read from it, never
+remembered elsewhere (:meth:`DocumentStore.retrieval_mode`): a store that records a model keeps
+embedding with it; an empty one follows the server; one holding chunks without vectors and no
+model (written before file sources embedded, or by a server run with ``--no-embeddings``)
+stays lexical, as ``index`` leaves a lexical source. A store recording a model takes no units
+from a server that cannot embed them with it (:meth:`DocumentStore.write_refusal`): they would
+be found by their words only, silently.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -53,8 +61,8 @@ CHUNK_SEPARATOR = "#"
 """Between a unit's key and its chunk number in chunk ids (file chunk ids never hold it)."""
 _SEARCH_DEPTH_ROUNDS = 4
 EMBED_BATCH = 16
-"""Chunks embedded per call: the model serves one call at a time, so a query's embedding
-waits for at most one batch of a large upload, never for the whole file."""
+"""Chunks embedded per call and written per transaction: a query's embedding waits for at
+most one batch of a large upload, and a writer for at most one batch's write."""
 RetrievalMode = Literal["hybrid", "lexical"]
 DocumentBackend: TypeAlias = "LocalStore | PostgresStore"
 """What keeps a :class:`DocumentStore`'s units: an embedded store, or a PostgreSQL one."""
@@ -62,10 +70,19 @@ DocumentBackend: TypeAlias = "LocalStore | PostgresStore"
 
 @dataclass(frozen=True, slots=True)
 class PreparedUnit:
-    """A unit's chunks and their vectors, computed before the write transaction."""
+    """A unit's chunks, computed before the write transaction, and whether to embed them."""
 
     chunks: list[ChunkRecord]
-    vectors: list[list[float]] | None
+    embed: bool
+    """Whether the chunks get vectors (afterwards: :meth:`DocumentStore.embed_pending`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingProgress:
+    """How far a store's chunks are embedded: chunks still without vectors, and with."""
+
+    pending: int
+    embedded: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +137,13 @@ class DocumentStore:
     def retrieval_mode(self) -> RetrievalState:
         """How this store ranks, read from what it holds and the model it was given.
 
-        Hybrid where it holds vectors (of the model it records beside them) or holds nothing
-        yet, given that model; lexical otherwise, with a note saying why.
+        Hybrid where it records a model (its vectors', or its pending chunks') and has that
+        model, or holds nothing yet and has one; lexical otherwise, with a note saying why.
+        While chunks wait for their vectors, hybrid with a note: those are found by their
+        words until embedded.
         """
         ours = _model_name(self.embeddings)
-        if self.store.dimension() is not None:  # it holds vectors
+        if self.store.embeds_chunks():  # it holds vectors, or its chunks wait for theirs
             made_with = self.store.recorded_vectors_made_with()
             model = made_with[0].partition("@")[0] if made_with else ours
             if self.embeddings is None:
@@ -137,7 +156,7 @@ class DocumentStore:
             if model is not None and ours is not None and model != ours:
                 note = f"its vectors were made with {model!r}, not this service's {ours!r}"
                 return RetrievalState("lexical", model, f"lexical only: {note}")
-            return RetrievalState("hybrid", model)
+            return RetrievalState("hybrid", model, _pending_note(self.embedding_progress()))
         if self.embeddings is None:
             return RetrievalState(
                 "lexical", None, "lexical only: this server runs with --no-embeddings"
@@ -152,6 +171,33 @@ class DocumentStore:
             "upload them to a new file knowledge source",
         )
 
+    def embedding_progress(self) -> EmbeddingProgress:
+        """Chunks waiting for their vectors and chunks that have one (0 pending: lexical)."""
+        if not self.store.embeds_chunks():
+            return EmbeddingProgress(0, 0)  # a lexical store: nothing is waiting
+        pending, embedded = self.store.vector_counts()
+        return EmbeddingProgress(pending, embedded)
+
+    def embed_pending(self, limit: int = EMBED_BATCH) -> int:
+        """Embed up to ``limit`` chunks still without vectors and write them (one transaction).
+
+        Only where the store ranks hybrid with this model (see :meth:`retrieval_mode`). A
+        chunk replaced or deleted while being embedded gets no vector (see
+        :meth:`LocalStore.write_vectors`).
+
+        Returns:
+            How many chunks were embedded (0: nothing is pending here).
+        """
+        model = self.ingestion or self.embeddings
+        if model is None or self.retrieval_mode().mode != "hybrid":
+            return 0
+        chunks = self.store.chunks_without_vectors(limit)
+        if not chunks:
+            return 0
+        texts = [f"{title}\n{content}" if title else content for _, title, content in chunks]
+        self.store.write_vectors(chunks, model.embed_documents(texts))
+        return len(chunks)
+
     def write_refusal(self) -> str | None:
         """Why this server must not write units to the store, else ``None``.
 
@@ -159,7 +205,7 @@ class DocumentStore:
         or with another model) would take units without vectors, found by their words only
         while the store still says it ranks hybrid: such writes are refused instead.
         """
-        if self.store.dimension() is None:
+        if not self.store.embeds_chunks():
             return None
         state = self.retrieval_mode()
         if state.mode == "hybrid":
@@ -184,29 +230,18 @@ class DocumentStore:
         title: str,
         sections: Sequence[Section],
         fields: Mapping[str, Any],
-        progress: Callable[[int, int], None] | None = None,
     ) -> PreparedUnit:
-        """A unit's chunks, embedded where the store ranks hybrid (slow: before any write).
+        """A unit's chunks (before any write) and whether they are to be embedded.
 
         Args:
             key: The unit's key.
             title: The title every chunk carries.
             sections: The unit's text.
             fields: Filterable metadata of every chunk.
-            progress: Called with (chunks embedded, chunks to embed) after each batch.
         """
         chunks = self._chunks(key, title, sections, fields)
-        if self.embeddings is None or self.retrieval_mode().mode != "hybrid":
-            return PreparedUnit(chunks, None)
-        model = self.ingestion or self.embeddings
-        assert model is not None  # checked above
-        texts = [f"{c.title}\n{c.content}" if c.title else c.content for c in chunks]
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), EMBED_BATCH):
-            vectors += model.embed_documents(texts[start : start + EMBED_BATCH])
-            if progress is not None:
-                progress(len(vectors), len(texts))
-        return PreparedUnit(chunks, vectors)
+        embed = self.embeddings is not None and self.retrieval_mode().mode == "hybrid"
+        return PreparedUnit(chunks, embed)
 
     def query_vector(self, text: str) -> list[float] | None:
         """The query's vector where the store holds vectors and has the model, else ``None``."""
@@ -240,14 +275,16 @@ class DocumentStore:
             vector: One vector for every chunk (hybrid search), if any.
             permissions: Who may see the unit (``None``: unmarked, or the permissions it
                 already had).
-            prepared: Its chunks and their vectors from :meth:`prepare` (``sections`` and
-                ``vector`` are then not read).
+            prepared: Its chunks from :meth:`prepare` (``sections`` and ``vector`` are then
+                not read), written without vectors and embedded afterwards where it says so
+                (:meth:`embed_pending`).
 
         Returns:
             The number of chunks written.
         """
+        vectors: list[list[float]] | None = None
         if prepared is not None:
-            chunks, vectors = prepared.chunks, prepared.vectors
+            chunks = prepared.chunks
         else:
             chunks = self._chunks(key, title, sections, fields)
             vectors = [list(vector)] * len(chunks) if vector is not None else None
@@ -256,7 +293,13 @@ class DocumentStore:
         path = RECORD_PREFIX + key
         state = FileState(path, path, digest, digest, 0.0, len(body), len(chunks))
         self.store.replace_file(
-            state, MetadataJson(body), chunks, vectors, permissions, fields=fields
+            state,
+            MetadataJson(body),
+            chunks,
+            vectors,
+            permissions,
+            fields=fields,
+            vectors_pending=prepared is not None and prepared.embed,
         )
         return len(chunks)
 
@@ -368,6 +411,17 @@ class DocumentStore:
         if not records:
             records.append(ChunkRecord(f"{key}{CHUNK_SEPARATOR}0", 0, title, "", None, {}))
         return records
+
+
+def _pending_note(progress: EmbeddingProgress) -> str | None:
+    """What a hybrid store's status says while some of its chunks wait for their vectors."""
+    if not progress.pending:
+        return None
+    total = progress.pending + progress.embedded
+    return (
+        f"ranking is partly lexical: {progress.pending} of {total} chunks are still being "
+        "embedded in the background; until then they are found by their words only"
+    )
 
 
 def _model_name(embeddings: Embeddings | None) -> str | None:

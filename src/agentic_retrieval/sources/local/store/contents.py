@@ -38,11 +38,14 @@ from agentic_retrieval.sources.local.store.rows import (
     json_default,
 )
 from agentic_retrieval.sources.local.store.vectors import (
+    MADE_WITH_KEY,
     read_made_with,
     record_made_with,
     vector_blobs,
 )
 
+_EMBEDS = "chunks_get_vectors"
+"""The ``meta`` key set when chunks are written to get their vectors later."""
 _PLAIN_KEY = re.compile(r'[^"\\]+')
 """A metadata key a JSON path can name in double quotes."""
 
@@ -297,6 +300,7 @@ class StoreContents(StoreConnections):
         permissions: Permissions | None = None,
         *,
         fields: Mapping[str, Any] | None = None,
+        vectors_pending: bool = False,
     ) -> None:
         """Replace everything indexed for ``state.path`` in one transaction.
 
@@ -313,6 +317,10 @@ class StoreContents(StoreConnections):
             fields: Filterable fields every chunk of the file shares, stored once (a
                 chunk's own field of the same name wins). Searches and filters see each
                 chunk with both.
+            vectors_pending: The chunks get their vectors later (:meth:`write_vectors`):
+                the store records that its chunks get vectors (and :attr:`vectors_made_with`)
+                now, so it is known to rank by meaning while they are pending (see
+                :meth:`embeds_chunks`).
 
         Raises:
             StoreError: When the vectors' dimension differs from the index's.
@@ -382,10 +390,89 @@ class StoreContents(StoreConnections):
                 )
                 if self.vectors_made_with:
                     record_made_with(conn, self.vectors_made_with)
+            elif vectors_pending:
+                conn.execute(f"INSERT OR IGNORE INTO meta(key, value) VALUES ('{_EMBEDS}', '1')")
+                if self.vectors_made_with:
+                    record_made_with(conn, self.vectors_made_with)
             if permissions is not None:
                 write_permissions(conn, int(file_id or 0), permissions)
             schema.note_lexical_change(conn, state.path)
             schema.bump_generation(conn)
+
+    @leased
+    def embeds_chunks(self) -> bool:
+        """Whether its chunks get vectors: it holds some, or was written to get them later."""
+        row = (
+            self._connection()
+            .execute(
+                "SELECT 1 FROM meta WHERE key IN ('dimension', ?, ?) LIMIT 1",
+                (_EMBEDS, MADE_WITH_KEY),
+            )
+            .fetchone()
+        )
+        return row is not None
+
+    def _vectors_pending(self) -> bool:
+        """Whether chunks written to get their vectors later are still waiting for them."""
+        conn = self._connection()
+        if conn.execute("SELECT 1 FROM meta WHERE key = ?", (_EMBEDS,)).fetchone() is None:
+            return False
+        return (
+            conn.execute("SELECT 1 FROM chunks WHERE vector IS NULL LIMIT 1").fetchone() is not None
+        )
+
+    @leased
+    def chunks_without_vectors(self, limit: int) -> list[tuple[int, str, str]]:
+        """Up to ``limit`` chunks that have no vector yet, oldest first: (rid, title, content)."""
+        rows = self._connection().execute(
+            "SELECT rid, title, content FROM chunks WHERE vector IS NULL ORDER BY rid LIMIT ?",
+            (limit,),
+        )
+        return [(int(rid), str(title), str(content)) for rid, title, content in rows]
+
+    @leased
+    def vector_counts(self) -> tuple[int, int]:
+        """How many chunks have no vector and how many have one: (without, with)."""
+        conn = self._connection()
+        with self._snapshot():
+            (total,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
+            (without,) = conn.execute("SELECT count(*) FROM chunks WHERE vector IS NULL").fetchone()
+        return int(without), int(total) - int(without)
+
+    @leased
+    def write_vectors(
+        self, chunks: Sequence[tuple[int, str, str]], vectors: Sequence[Sequence[float]]
+    ) -> int:
+        """Give chunks read by :meth:`chunks_without_vectors` their vectors, in one transaction.
+
+        A chunk deleted or replaced since it was read gets nothing: row ids are never
+        reused, and the chunk must still have no vector and the same title and content, so
+        a vector is never written for text the chunk no longer holds.
+
+        Returns:
+            How many chunks got their vector.
+
+        Raises:
+            StoreError: Not one vector per chunk, or a dimension other than the index's.
+        """
+        blobs = vector_blobs(vectors, len(chunks), self.dimension())
+        written = 0
+        with self._write() as conn:
+            for (rid, title, content), blob in zip(chunks, blobs, strict=True):
+                written += conn.execute(
+                    "UPDATE chunks SET vector = ? WHERE rid = ? AND vector IS NULL "
+                    "AND title = ? AND content = ?",
+                    (blob, rid, title, content),
+                ).rowcount
+            if written:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('dimension', ?)",
+                    (str(len(vectors[0])),),
+                )
+                if self.vectors_made_with:
+                    record_made_with(conn, self.vectors_made_with)
+                schema.bump_generation(conn)
+        return written
 
     @leased
     def permissions_of(self, path: str) -> Permissions | None:

@@ -262,7 +262,9 @@ class LocalStore(StoreContents):
             lexical_ranking = self._lexical(text, depth, restriction)
             if query_vector is not None and self.has_vectors():
                 dense = self._dense(query_vector, depth, restriction)
-                ranked = reciprocal_rank_fusion([lexical_ranking, dense])[:top]
+                pending = self._without_vectors(query_vector, lexical_ranking)
+                fused = reciprocal_rank_fusion([lexical_ranking, dense], stand_ins=pending)
+                ranked = fused[:top]
                 similarities = self._similarities(query_vector, ranked)
                 return self._fetch(self._sampled(ranked, sampling, wanted), similarities)
             elif lexical_ranking is None:
@@ -350,6 +352,24 @@ class LocalStore(StoreContents):
             logger.info("topic index of %s: refresh stopped, the store was closed", self.path)
         except (StoreError, sqlite3.Error, OSError) as exc:  # the next stale search retries
             logger.warning("could not refresh the topic index of %s: %s", self.path, exc)
+
+    def _without_vectors(
+        self, query_vector: Sequence[float], lexical_ranking: list[tuple[int, float]] | None
+    ) -> dict[int, int]:
+        """Lexical hits still waiting for their vectors, by lexical rank (see the fusion).
+
+        Only in a store whose chunks get their vectors after they are written (a file source
+        of ``serve --data``), while some are pending; elsewhere a chunk without a vector has
+        none by design and ranks as before.
+        """
+        if not lexical_ranking or not self._vectors_pending():
+            return {}
+        embedded = self._similarities(query_vector, lexical_ranking)
+        return {
+            rid: rank
+            for rank, (rid, _) in enumerate(lexical_ranking, start=1)
+            if rid not in embedded
+        }
 
     def _restriction(self, filter_expr: Expr | None, access: Access) -> Restriction:
         """What this search's candidates must pass, for its lexical and dense parts alike.

@@ -19,6 +19,9 @@ Tables:
   (``vectors_made_with``), the ``schema_version``, ``next_rid`` (row ids are never reused: a
   rid always names the same chunk) and ``store_id`` (a random id the lexical index and the
   saved vector graph are built for);
+- ``chunks_without_vector``: a partial index of the chunks that have no vector yet, so a store
+  whose vectors are made after its chunks are written (a file source of ``serve --data``)
+  finds and counts them without reading every chunk;
 - ``vector_log``: the rid of every chunk with a vector written or deleted, in order (kept by
   triggers), so the in-memory vectors and their saved graph catch up with only what changed
   (see :mod:`.vectors`); trimmed once a saved graph covers it;
@@ -63,6 +66,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     vector BLOB
 );
 CREATE INDEX IF NOT EXISTS chunks_by_file ON chunks(file_id, ordinal);
+CREATE INDEX IF NOT EXISTS chunks_without_vector ON chunks(rid) WHERE vector IS NULL;
 CREATE TABLE IF NOT EXISTS fields (
     name TEXT NOT NULL,
     kind TEXT NOT NULL,
