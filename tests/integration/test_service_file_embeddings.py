@@ -10,6 +10,7 @@ server's model.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -61,12 +62,23 @@ def status(http: httpx.Client, source: str) -> dict:
     return http.get(f"/knowledgesources/{source}/status").json()
 
 
+def embedded(http: httpx.Client, source: str, timeout: float = 120) -> dict:
+    """The source's status once its background embedding has no chunk left to do."""
+    deadline = time.monotonic() + timeout
+    while True:
+        current = status(http, source)
+        if current["embeddingProgress"]["pendingChunks"] == 0 or time.monotonic() > deadline:
+            return current
+        time.sleep(0.2)
+
+
 def test_uploads_are_embedded_and_a_restart_keeps_ranking_by_meaning(tmp_path):
     data = tmp_path / "data"
     with serve_process(data) as (url, _):
         http = client(url)
         file_source(http, "rules", FILES)
         knowledge_base(http, "kb", "rules")
+        assert embedded(http, "rules")["embeddingProgress"]["embeddedChunks"] == len(FILES)
         names, reranking = retrieve(http, "kb", PARAPHRASE)
         assert names == ["rules.md"]
         assert reranking["calibratedCount"] >= 1  # scored with the passages' vectors
@@ -103,7 +115,7 @@ def test_no_embeddings_ranks_lexically_and_an_upgrade_keeps_lexical_sources_work
         assert "stored without vectors" in current["retrievalNote"]
         file_source(http, "fresh", {"rules.md": FILES["rules.md"]})
         knowledge_base(http, "fresh-kb", "fresh")
-        assert status(http, "fresh")["retrievalMode"] == "hybrid"
+        assert embedded(http, "fresh")["retrievalMode"] == "hybrid"
         assert retrieve(http, "fresh-kb", PARAPHRASE)[0] == ["rules.md"]
 
 
@@ -147,6 +159,7 @@ def test_a_hybrid_source_refuses_files_from_a_server_without_its_model(tmp_path)
         assert created.status_code == 201
         file_id = created.json()["fileId"]
         knowledge_base(http, "kb", "rules")
+        embedded(http, "rules")
         before = http.get("/knowledgesources/rules/files").json()["value"]
     with serve_process(data, extra=("--no-embeddings",)) as (url, _):
         http = client(url)
@@ -177,4 +190,5 @@ def test_a_hybrid_source_refuses_files_from_a_server_without_its_model(tmp_path)
         assert http.get("/knowledgesources/rules/files").json()["value"] == before
         assert retrieve(http, "kb", PARAPHRASE)[0] == ["rules.md"]  # its vectors, intact
         assert upload(http, "rules", "hours.md", FILES["hours.md"]).status_code == 201
+        embedded(http, "rules")
         assert retrieve(http, "kb", "What time does the office open?")[0] == ["hours.md"]
