@@ -10,21 +10,17 @@ no word with a file finds it once they are.
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
 from tests.integration.service_process import KEY, VERSION, kill_hard, serve_process
-from tests.integration.test_service_file_embeddings import (
-    FILES,
-    PARAPHRASE,
-    embedded,
-    knowledge_base,
-    retrieve,
-    status,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
+RULES = "# House rules\n\nDogs are not allowed on the premises."
+PARAPHRASE = "Can I bring my pet?"
+"""Shares no word (nor word form) with the rules file: only its vectors can find it."""
 WORDS = ("amber", "basalt", "cobalt", "dune", "ember", "fjord", "granite", "harbor", "indigo")
 
 
@@ -36,6 +32,28 @@ def ledger(chunks: int) -> str:
         for n in range(chunks * 10)
     ]
     return "# Shipping ledger\n\n" + "\n\n".join(lines)
+
+
+def retrieve(http: httpx.Client, question: str) -> list[str]:
+    """The file names of the references."""
+    body = {"intents": [{"type": "semantic", "search": question}]}
+    response = http.post("/knowledgebases/kb/retrieve", json=body)
+    assert response.status_code == 200, response.text
+    return [r["docKey"].partition("#")[0] for r in response.json()["references"]]
+
+
+def status(http: httpx.Client) -> dict:
+    return http.get("/knowledgesources/docs/status").json()
+
+
+def embedded(http: httpx.Client, timeout: float) -> dict:
+    """The source's status once its background embedding has no chunk left to do."""
+    deadline = time.monotonic() + timeout
+    while True:
+        current = status(http)
+        if current["embeddingProgress"]["pendingChunks"] == 0 or time.monotonic() > deadline:
+            return current
+        time.sleep(0.5)
 
 
 def upload(http: httpx.Client, name: str, text: str) -> httpx.Response:
@@ -51,21 +69,22 @@ def test_an_upload_answers_before_its_vectors_and_a_killed_server_finishes_them(
     with serve_process(data) as (url, process):
         http = httpx.Client(base_url=url, headers={"api-key": KEY}, params=VERSION, timeout=120)
         assert http.put("/knowledgesources/docs", json={"kind": "file"}).status_code == 201
-        knowledge_base(http, "kb", "docs")
+        body = {"knowledgeSources": [{"name": "docs"}]}
+        assert http.put("/knowledgebases/kb", json=body).status_code == 201
         assert upload(http, "ledger.md", ledger(150)).status_code == 201
-        assert upload(http, "rules.md", FILES["rules.md"]).status_code == 201
-        current = status(http, "docs")
+        assert upload(http, "rules.md", RULES).status_code == 201
+        current = status(http)
         progress = current["embeddingProgress"]
         assert progress["pendingChunks"] > 0  # answered before its vectors were made
         assert current["retrievalMode"] == "hybrid"
         assert "partly lexical" in current["retrievalNote"]
         # the rules' chunk is behind the ledger's in the queue: found by its words meanwhile
-        assert retrieve(http, "kb", "Are dogs allowed on the premises?")[0][:1] == ["rules.md"]
+        assert retrieve(http, "Are dogs allowed on the premises?")[:1] == ["rules.md"]
         total = progress["pendingChunks"] + progress["embeddedChunks"]
         kill_hard(process)  # mid-way: the chunks without vectors stay in the store
     with serve_process(data) as (url, _):
         http = httpx.Client(base_url=url, headers={"api-key": KEY}, params=VERSION, timeout=120)
-        current = embedded(http, "docs", timeout=400)
+        current = embedded(http, timeout=400)
         assert current["embeddingProgress"] == {"pendingChunks": 0, "embeddedChunks": total}
         assert "retrievalNote" not in current
-        assert retrieve(http, "kb", PARAPHRASE)[0][:1] == ["rules.md"]  # by its vector
+        assert retrieve(http, PARAPHRASE)[:1] == ["rules.md"]  # by its vector

@@ -172,6 +172,8 @@ class BackgroundEmbedder:
                 progress = _Progress(name, documents.embedding_progress().pending)
                 while not self._stopped and (done := documents.embed_pending()):
                     progress(done)
+                if progress.done and not self._stopped:
+                    documents.store.refresh_vectors()  # the next process loads their graph
             finally:
                 lock.release()
         except AgenticRetrievalError as exc:  # deleted meanwhile, or its store is damaged
