@@ -151,7 +151,10 @@ class BackgroundEmbedder:
             self._held.clear()
             self._busy = True
         if scan:
-            names += [d.name for d in self.service.definitions("knowledgeSource")]
+            try:
+                names += [d.name for d in self.service.definitions("knowledgeSource")]
+            except Exception:  # no caller to tell: the next upload or start scans again
+                logger.exception("could not list the knowledge sources to embed")
         return list(dict.fromkeys(names))
 
     def _embed(self, name: str) -> Outcome:
