@@ -37,6 +37,7 @@ from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR
 from agentic_retrieval.errors import AgenticRetrievalError
 from agentic_retrieval.kb.catalog import ServiceCatalog
 from agentic_retrieval.kb.service import ServiceDirectory
+from agentic_retrieval.sources.local.store import LocalStore
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class BackgroundEmbedder:
                 progress = _Progress(name, documents.embedding_progress().pending)
                 while not self._stopped and (done := documents.embed_pending()):
                     progress(done)
-                if progress.done and not self._stopped:
+                if progress.done and not self._stopped and isinstance(documents.store, LocalStore):
                     documents.store.refresh_vectors()  # the next process loads their graph
             finally:
                 lock.release()

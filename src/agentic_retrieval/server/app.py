@@ -23,6 +23,7 @@ from agentic_retrieval.embeddings import local_embeddings
 from agentic_retrieval.kb.background_embedding import BackgroundEmbedder
 from agentic_retrieval.kb.catalog import KnowledgeBaseRegistry, ServiceCatalog
 from agentic_retrieval.kb.graph_sync import GraphSynchronizer
+from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.knowledge_base import KnowledgeBase
 from agentic_retrieval.rerankers.registry import reranker_by_name
@@ -105,9 +106,10 @@ def create_app(
     )
     registry = KnowledgeBaseRegistry(fixed, catalog)
     # uploads answer once stored; their vectors are made afterwards, one thread a process
+    # (the embedded store's: a PostgreSQL store's uploads are embedded before their write)
     embedder = (
         BackgroundEmbedder(service, catalog)
-        if service is not None and catalog is not None and settings.embeddings
+        if isinstance(service, ServiceDirectory) and catalog is not None and settings.embeddings
         else None
     )
     keys = settings.keys()

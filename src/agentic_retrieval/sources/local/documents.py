@@ -75,6 +75,8 @@ class PreparedUnit:
     chunks: list[ChunkRecord]
     embed: bool
     """Whether the chunks get vectors (afterwards: :meth:`DocumentStore.embed_pending`)."""
+    vectors: list[list[float]] | None = None
+    """Their vectors, made before the write (a PostgreSQL store: see :meth:`prepare`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,7 @@ class DocumentStore:
         words until embedded.
         """
         ours = _model_name(self.embeddings)
-        if self.store.embeds_chunks():  # it holds vectors, or its chunks wait for theirs
+        if self._embeds_chunks():  # it holds vectors, or its chunks wait for theirs
             made_with = self.store.recorded_vectors_made_with()
             model = made_with[0].partition("@")[0] if made_with else ours
             if self.embeddings is None:
@@ -171,8 +173,16 @@ class DocumentStore:
             "upload them to a new file knowledge source",
         )
 
+    def _embeds_chunks(self) -> bool:
+        """Whether the store's chunks get vectors (it holds some, or some are pending)."""
+        if isinstance(self.store, LocalStore):
+            return self.store.embeds_chunks()
+        return self.store.dimension() is not None
+
     def embedding_progress(self) -> EmbeddingProgress:
         """Chunks waiting for their vectors and chunks that have one (0 pending: lexical)."""
+        if not isinstance(self.store, LocalStore):  # embedded before the write
+            return EmbeddingProgress(0, self.store.count_chunks() if self._embeds_chunks() else 0)
         if not self.store.embeds_chunks():
             return EmbeddingProgress(0, 0)  # a lexical store: nothing is waiting
         pending, embedded = self.store.vector_counts()
@@ -189,6 +199,8 @@ class DocumentStore:
             How many chunks were embedded (0: nothing is pending here).
         """
         model = self.ingestion or self.embeddings
+        if not isinstance(self.store, LocalStore):  # a PostgreSQL store leaves none pending
+            return 0
         if model is None or self.retrieval_mode().mode != "hybrid":
             return 0
         chunks = self.store.chunks_without_vectors(limit)
@@ -205,7 +217,7 @@ class DocumentStore:
         or with another model) would take units without vectors, found by their words only
         while the store still says it ranks hybrid: such writes are refused instead.
         """
-        if not self.store.embeds_chunks():
+        if not self._embeds_chunks():
             return None
         state = self.retrieval_mode()
         if state.mode == "hybrid":
@@ -241,7 +253,17 @@ class DocumentStore:
         """
         chunks = self._chunks(key, title, sections, fields)
         embed = self.embeddings is not None and self.retrieval_mode().mode == "hybrid"
-        return PreparedUnit(chunks, embed)
+        if not embed or isinstance(self.store, LocalStore):
+            return PreparedUnit(chunks, embed)
+        # a PostgreSQL store (serve --store) has no background embedder: its replicas
+        # share no lock directory, so the vectors are made here, before the write
+        model = self.ingestion or self.embeddings
+        assert model is not None  # embed implies a model
+        texts = [f"{c.title}\n{c.content}" if c.title else c.content for c in chunks]
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), EMBED_BATCH):
+            vectors += model.embed_documents(texts[start : start + EMBED_BATCH])
+        return PreparedUnit(chunks, False, vectors)
 
     def query_vector(self, text: str) -> list[float] | None:
         """The query's vector where the store holds vectors and has the model, else ``None``."""
@@ -284,7 +306,7 @@ class DocumentStore:
         """
         vectors: list[list[float]] | None = None
         if prepared is not None:
-            chunks = prepared.chunks
+            chunks, vectors = prepared.chunks, prepared.vectors
         else:
             chunks = self._chunks(key, title, sections, fields)
             vectors = [list(vector)] * len(chunks) if vector is not None else None
@@ -292,15 +314,20 @@ class DocumentStore:
         digest = hashlib.sha256(body.encode()).hexdigest()
         path = RECORD_PREFIX + key
         state = FileState(path, path, digest, digest, 0.0, len(body), len(chunks))
-        self.store.replace_file(
-            state,
-            MetadataJson(body),
-            chunks,
-            vectors,
-            permissions,
-            fields=fields,
-            vectors_pending=prepared is not None and prepared.embed,
-        )
+        if isinstance(self.store, LocalStore):
+            self.store.replace_file(
+                state,
+                MetadataJson(body),
+                chunks,
+                vectors,
+                permissions,
+                fields=fields,
+                vectors_pending=prepared is not None and prepared.embed,
+            )
+        else:
+            self.store.replace_file(
+                state, MetadataJson(body), chunks, vectors, permissions, fields=fields
+            )
         return len(chunks)
 
     def permissions(self, key: str) -> Permissions | None:
