@@ -381,3 +381,34 @@ def test_filters_and_permission_trimming_match_the_embedded_store(tmp_path, post
     assert all(embedded), embedded  # every case finds something: the comparison means a thing
     # the same documents; the order of near-equal BM25 scores may differ (5 documents)
     assert [sorted(found) for found in postgres] == [sorted(found) for found in embedded]
+
+
+def test_a_file_source_on_postgresql_is_hybrid_as_soon_as_its_upload_answers(
+    postgres_url, tmp_path
+):
+    """Replicas share no lock directory for a background embedder, so a PostgreSQL store's
+    uploads are embedded before their write: searchable by meaning the moment they answer."""
+    from agentic_retrieval.kb.catalog import ServiceCatalog
+    from agentic_retrieval.kb.files import FileUpload, SourceFiles
+    from agentic_retrieval.kb.management import put_knowledge_source
+    from agentic_retrieval.kb.service_state import open_service
+    from agentic_retrieval.sources.local.documents import EmbeddingProgress
+    from agentic_retrieval.testing import HashingEmbeddings
+
+    state = open_service(tmp_path / "data", postgres_url)
+    try:
+        put_knowledge_source(state, {"name": "docs", "kind": "file"})
+        catalog = ServiceCatalog(state, embeddings=HashingEmbeddings(size=64))
+        documents = catalog.file_documents("docs")
+        assert documents is not None
+        files = SourceFiles(documents, max_file_bytes=100_000, max_files=10)
+        files.upload(FileUpload("trams.md", b"# Trams\n\nThe tram depot opens at six.", {}))
+        chunks = documents.store.count_chunks()
+        assert documents.embedding_progress() == EmbeddingProgress(0, chunks)
+        assert documents.embed_pending() == 0  # nothing left for a background embedder
+        mode = documents.retrieval_mode()
+        assert (mode.mode, mode.note) == ("hybrid", None)
+        [hit] = documents.search("depot", top=1, vector=documents.query_vector("depot"))
+        assert hit.chunk.similarity is not None  # its vector was written with it
+    finally:
+        state.close()
