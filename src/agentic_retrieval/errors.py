@@ -27,7 +27,8 @@ that catches those keeps working. The kinds:
   store file that cannot be used; :class:`StoreNotFoundError` when there is none,
   :class:`StoreUnavailableError` while it is damaged or missing, :class:`StoreClosedError`
   once it was closed (its index or source deleted), :class:`StoreBusyError` while another
-  run indexes it).
+  run indexes it); :class:`TopicBuildStopped` when a topic-index build is stopped because its
+  store closed (nothing written).
 - :class:`KnowledgeBaseDirectoryError`: a knowledge-base directory or its manifest.
 - :class:`EvaluationError`: an evaluation's dataset (:class:`DatasetError`), configurations
   (:class:`EvalConfigurationError`) or price table (:class:`PriceTableError`).
@@ -392,6 +393,10 @@ class UnsupportedFilterError(LocalStoreError, ValueError):
     Internal: the store answers that part of the filter from its SQLite file instead; it does
     not reach a caller (see :mod:`agentic_retrieval.sources.local.store.tantivy_filters`).
     """
+
+
+class TopicBuildStopped(LocalStoreError):
+    """A topic build was stopped by its caller (its store closed): nothing was written."""
 
 
 class StoreBusyError(StoreError):

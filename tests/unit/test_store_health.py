@@ -170,7 +170,7 @@ async def test_cancelling_a_search_stops_its_sqlite_statement(served, monkeypatc
     _directory, source, _ = served
     entered, stopped = threading.Event(), threading.Event()
 
-    def endless(text, top, filter_expr, query_vector, access):
+    def endless(text, top, filter_expr, query_vector, access, sampling=None):
         conn = source.store._connection()
         entered.set()
         try:  # a statement that never ends unless interrupted

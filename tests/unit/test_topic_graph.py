@@ -254,7 +254,7 @@ def test_a_large_store_refreshes_its_topics_behind_the_search(tmp_path, monkeypa
 
 
 def test_a_stopped_build_writes_nothing(tmp_path):
-    from agentic_retrieval.sources.topic_graph import TopicBuildStopped
+    from agentic_retrieval.errors import TopicBuildStopped
 
     vectors = np.random.default_rng(2).normal(size=(300, DIM)).astype(np.float32)
     with pytest.raises(TopicBuildStopped):

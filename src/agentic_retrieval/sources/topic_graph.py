@@ -33,6 +33,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from agentic_retrieval.errors import TopicBuildStopped
+
 TopicKind = Literal["none", "diverse", "balanced"]
 """``VectorSearchTopicGraphKind``: plain vector search, diverse or balanced sampling."""
 DEFAULT_DIVERSITY_FACTOR = 0.2
@@ -105,10 +107,6 @@ class TopicGraphSetting(BaseModel):
 
 
 # --- building communities -------------------------------------------------------------------
-
-
-class TopicBuildStopped(Exception):
-    """A topic build was stopped by its caller (its store closed): nothing was written."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from agentic_retrieval.errors import LexicalIndexDamagedError as LexicalIndexDamaged
-from agentic_retrieval.errors import StoreError, StoreNotFoundError, StoreUnavailableError
+from agentic_retrieval.errors import (
+    StoreError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+    TopicBuildStopped,
+)
 from agentic_retrieval.odata import Expr
 from agentic_retrieval.permissions import ANONYMOUS, ELEVATED, Access
 from agentic_retrieval.sources.local.health import StoreHealth, is_damage
@@ -53,7 +58,6 @@ from agentic_retrieval.sources.local.store.vectors import (
     VectorIndex,
 )
 from agentic_retrieval.sources.topic_graph import (
-    TopicBuildStopped,
     TopicGraphSetting,
     TopicLimits,
     sample_by_topic,

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agentic_retrieval.errors import TopicBuildStopped
 from agentic_retrieval.sources.topic_graph import (
     Communities,
     Stop,
-    TopicBuildStopped,
     TopicLimits,
     build_communities,
 )
