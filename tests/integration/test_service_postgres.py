@@ -281,10 +281,11 @@ def test_a_process_holds_at_most_its_pool_of_connections(postgres_url, monkeypat
             conn.execute("SELECT pg_sleep(0.2)")
 
     def connections() -> int:
-        with psycopg.connect(postgres_url, autocommit=True) as probe:
+        # the probes name themselves: a previous probe's backend may still be exiting
+        with psycopg.connect(postgres_url, autocommit=True, application_name="probe") as probe:
             row = probe.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> "
-                "pg_backend_pid()",
+                "pg_backend_pid() AND application_name <> 'probe'",
                 (dbname,),
             ).fetchone()
         return int(row[0]) if row else 0
