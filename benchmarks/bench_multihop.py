@@ -1,14 +1,16 @@
 """What the entity graph buys: evidence recall on multi-hop questions, without and with it.
 
-Run: ``.venv/bin/python benchmarks/bench_multihop.py [--split heldout] [--chat-model stand-in]
-[--effort minimal,low] [--top-n 10,50] [--hybrid]``. Prints the eval report; the recorded
-figures live in benchmarks/README.md.
+Run: ``.venv/bin/python benchmarks/bench_multihop.py [--dataset earth-multihop-bridge]
+[--split heldout] [--chat-model stand-in] [--effort minimal,low] [--top-n 10,50] [--hybrid]``.
+Prints the eval report; the recorded figures live in benchmarks/README.md.
 
-The questions (``benchmarks/datasets/earth-multihop/``) are asked over the NASA Earth-book
-pages of ``../shared/data`` (skipped when absent): each answer joins two pages through an
-entity (an organism, a cloud type, a satellite, a mountain range). The pages are indexed
-into a knowledge base under ``--work`` (lexical unless ``--hybrid``), each configuration runs
-without and then with ``graphParameters``, and the graph is extracted by ``--chat-model``:
+The questions (``benchmarks/datasets/earth-multihop/``, or the harder
+``earth-multihop-bridge/`` whose second page only the bridging entity reaches) are asked
+over the NASA Earth-book pages of ``../shared/data`` (skipped when absent): each answer joins
+two pages through an entity (an organism, a cloud type, a satellite, a mountain range). The
+pages are indexed into a knowledge base under ``--work`` (lexical unless ``--hybrid``), each
+configuration runs without and then with ``graphParameters``, and the graph is extracted by
+``--chat-model``:
 ``stand-in`` (the ontology's rule-based stand-in, no LLM) or ``provider:model`` (an
 OpenAI-compatible server: ``openai:NAME`` with ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``).
 """
@@ -31,7 +33,8 @@ from agentic_retrieval.sources.graph import EntityGraphSource
 from agentic_retrieval.sources.local.ingest import slugify
 
 ROOT = Path(__file__).resolve().parent
-DATASET = ROOT / "datasets" / "earth-multihop"
+DATASETS = ROOT / "datasets"
+DATASET = DATASETS / "earth-multihop"
 PAGES = ROOT.parent.parent / "shared" / "data" / "earth-book" / "pages"
 
 
@@ -51,6 +54,9 @@ def knowledge_base(work: Path, hybrid: bool) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--dataset", default="earth-multihop", choices=("earth-multihop", "earth-multihop-bridge")
+    )
     parser.add_argument("--split", default="heldout", choices=("heldout", "calibration"))
     parser.add_argument("--chat-model", default="stand-in")
     parser.add_argument("--effort", default="minimal,low")
@@ -71,14 +77,14 @@ def main() -> int:
     report = evaluate(
         kb,
         configurations,
-        questions=DATASET / f"{args.split}.jsonl",
+        questions=DATASETS / args.dataset / f"{args.split}.jsonl",
         chat_model=args.chat_model,
         graph=DATASET / "ontology.jsonld",
         cache_dir=args.work / "cache",
         output_dir=args.output,
         embeddings=None if args.hybrid else False,
     )
-    print(f"split: {args.split}; load average: {os.getloadavg()[0]:.1f}")
+    print(f"dataset: {args.dataset}; split: {args.split}; load average: {os.getloadavg()[0]:.1f}")
     print(report.markdown())
     if args.chat_model == STAND_IN:
         print(reach(kb, args.work / "cache", report.questions))
