@@ -20,9 +20,17 @@ VERSION = {"api-version": "2026-04-01"}
 
 @contextmanager
 def serve_process(
-    data: Path, *, workers: int = 1, startup_timeout: float = 60.0, extra: tuple[str, ...] = ()
+    data: Path,
+    *,
+    workers: int = 1,
+    startup_timeout: float = 60.0,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start ``serve --data`` in a child process; yield (base URL, process); stop it after."""
+    """Start ``serve --data`` in a child process; yield (base URL, process); stop it after.
+
+    ``env``: variables set for the server besides the test's own environment.
+    """
     port = free_port()
     argv = [
         sys.executable,
@@ -39,9 +47,13 @@ def serve_process(
         str(workers),
         *extra,
     ]
-    env = {**os.environ, "AGENTIC_RETRIEVAL_API_KEYS": ""}
+    environment = {**os.environ, "AGENTIC_RETRIEVAL_API_KEYS": "", **(env or {})}
     process = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        argv,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
