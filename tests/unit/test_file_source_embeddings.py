@@ -20,7 +20,7 @@ from agentic_retrieval.kb import background_embedding as embedding_module
 from agentic_retrieval.kb.background_embedding import BackgroundEmbedder
 from agentic_retrieval.kb.catalog import ServiceCatalog
 from agentic_retrieval.kb.files import FileUpload, SourceFiles
-from agentic_retrieval.kb.management import put_knowledge_source
+from agentic_retrieval.kb.management import delete_knowledge_source, put_knowledge_source
 from agentic_retrieval.kb.service import ServiceDirectory
 from agentic_retrieval.sources.local.documents import (
     EMBED_BATCH,
@@ -138,6 +138,36 @@ def test_the_background_embedder_takes_pending_chunks_from_the_store_one_process
         assert documents.embedding_progress().pending == 0
     finally:
         embedder.close()
+
+
+def test_a_deleted_source_leaves_no_embedding_lock_file_behind(service):
+    directory, catalog = service
+    put_knowledge_source(directory, {"name": "kept", "kind": "file"})
+    embedder = BackgroundEmbedder(directory, catalog)
+    locks = directory.path / "embedding"
+    try:
+        for name in ("docs", "kept"):
+            documents = catalog.file_documents(name)
+            assert documents is not None
+            files = SourceFiles(documents, max_file_bytes=1_000_000, max_files=10)
+            files.upload(FileUpload("trams.md", long_markdown(20), {}))
+            embedder.notify(name)
+            assert embedder.idle(timeout=30)
+    finally:
+        embedder.close()
+    stores = {name: directory.get("knowledgeSource", name).store for name in ("docs", "kept")}
+    assert sorted(p.name for p in locks.iterdir()) == sorted(f"{s}.lock" for s in stores.values())
+    delete_knowledge_source(directory, "docs")
+    assert [p.name for p in locks.iterdir()] == [f"{stores['kept']}.lock"]
+    # one left by an older release (or re-created while its source was deleted) goes at start
+    (locks / "knowledgeSource-gone-0a1b2c3d.sqlite.lock").touch()
+    (directory.path / "graph-sync").mkdir()
+    (directory.path / "graph-sync" / "knowledgeSource-gone-0a1b2c3d.sqlite.lock").touch()
+    assert directory.remove_orphans() == [
+        "embedding/knowledgeSource-gone-0a1b2c3d.sqlite.lock",
+        "graph-sync/knowledgeSource-gone-0a1b2c3d.sqlite.lock",
+    ]
+    assert [p.name for p in locks.iterdir()] == [f"{stores['kept']}.lock"]
 
 
 def test_a_store_of_chunks_without_vectors_stays_lexical_and_says_why(store):

@@ -15,7 +15,8 @@ Durable: the work waiting is the stores' chunks without vectors, not this object
 start every file source is scanned, so a process killed mid-way has its pending chunks
 embedded by the next one. With ``serve --workers N`` every worker runs one, and a store is
 embedded by one process at a time: the one holding ``embedding/<store>.lock`` in the data
-directory (released by the system when its holder dies); a worker that finds it held tries
+directory (released by the system when its holder dies; the file goes with the store,
+:mod:`~agentic_retrieval.kb.store_files`); a worker that finds it held tries
 again every :data:`RETRY_SECONDS`, so a dead holder's chunks are taken up by another worker.
 
 Progress goes to the server's log (INFO, once a store has embedded for
@@ -37,11 +38,12 @@ from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR
 from agentic_retrieval.errors import AgenticRetrievalError
 from agentic_retrieval.kb.catalog import ServiceCatalog
 from agentic_retrieval.kb.service import ServiceDirectory
+from agentic_retrieval.kb.store_files import EMBEDDING_LOCKS_DIR
 from agentic_retrieval.sources.local.store import LocalStore
 
 logger = logging.getLogger(__name__)
 
-LOCKS_DIR = "embedding"
+LOCKS_DIR = EMBEDDING_LOCKS_DIR
 MAX_WAITING = 1024
 """Most source names remembered as waiting; past this, every file source is scanned."""
 RETRY_SECONDS = 2.0

@@ -43,6 +43,7 @@ from agentic_retrieval.kb.model_connections import chat_model
 from agentic_retrieval.kb.service import StoredDefinition
 from agentic_retrieval.kb.service_state import ServiceState
 from agentic_retrieval.kb.source_kinds import file_source
+from agentic_retrieval.kb.store_files import GRAPH_SYNC_LOCKS_DIR
 from agentic_retrieval.sources.graph import EntityGraphSource
 from agentic_retrieval.sources.local.documents import DocumentStore
 
@@ -54,7 +55,7 @@ MAX_LISTED_ERRORS = 50
 MAX_REMEMBERED = 256
 """Past this many sources remembered, those since deleted are forgotten."""
 STATUS_KEY = "graphStatistics"
-LOCKS_DIR = "graph-sync"
+LOCKS_DIR = GRAPH_SYNC_LOCKS_DIR
 
 
 @dataclass

@@ -9,7 +9,9 @@ Layout::
       stores/<kind>-<name>-<token>.sqlite
                                 # one embedded store per index and per file knowledge source
       runs/<run id>.lock        # held by the process running that ingestion run
+      embedding/<store>.lock    # held by the process embedding that store's pending chunks
       graph-sync/<store>.lock   # held by the process synchronising that source's graph
+                                # (both go with their store: kb/store_files.py)
 
 Every definition change is one SQLite transaction (``BEGIN IMMEDIATE``): several processes
 (``serve --workers N``) share the directory, one writer at a time, and a reader sees a
@@ -49,7 +51,8 @@ from typing import Any, Literal
 from filelock import FileLock, Timeout
 
 from agentic_retrieval.errors import PreconditionFailedError, StoreClosedError
-from agentic_retrieval.sources.local.store import VECTOR_FILE_SUFFIX, LocalStore, lexical_directory
+from agentic_retrieval.kb.store_files import remove_orphan_locks, unlink_store
+from agentic_retrieval.sources.local.store import LocalStore
 from agentic_retrieval.sources.local.store.lexical_index import DIRECTORY_SUFFIX
 
 logger = logging.getLogger(__name__)
@@ -291,7 +294,7 @@ class ServiceDirectory:
                 stored = _upsert(conn, kind, name, body, store, current)
         except BaseException:
             if created_file and new_store is not None:
-                _unlink_store(self.path / STORES_DIR / new_store)
+                unlink_store(self.path / STORES_DIR / new_store)
             raise
         return stored, current is None
 
@@ -328,7 +331,7 @@ class ServiceDirectory:
         if current is not None and current.store is not None:
             # closed once the searches and writes under way on it finish (see LocalStore.lease)
             self._forget_store(current.store, deleted=True)
-            _unlink_store(self.path / STORES_DIR / current.store)
+            unlink_store(self.path / STORES_DIR / current.store)
         return current
 
     # --- stores -----------------------------------------------------------------------------
@@ -362,7 +365,7 @@ class ServiceDirectory:
             self._forget_store(name)
 
     def remove_orphans(self) -> list[str]:
-        """Delete store files no definition names; returns their names.
+        """Delete store files no definition names, and lock files of no store; their names.
 
         Call it before serving (no other process may be creating a store at that moment).
         """
@@ -372,11 +375,12 @@ class ServiceDirectory:
         removed = []
         for path in sorted((self.path / STORES_DIR).glob("*.sqlite")):
             if path.name not in named:
-                _unlink_store(path)
+                unlink_store(path)
                 removed.append(path.name)
         for lexical in (self.path / STORES_DIR).glob(f"*.sqlite{DIRECTORY_SUFFIX}"):
             if not lexical.with_suffix("").exists():  # its store was removed before a crash
                 shutil.rmtree(lexical, ignore_errors=True)
+        removed += remove_orphan_locks(self.path, self.path / STORES_DIR)
         if removed:
             logger.warning("removed %d orphaned store file(s): %s", len(removed), removed)
         return removed
@@ -687,13 +691,3 @@ def _label(kind: DefinitionKind) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _unlink_store(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", VECTOR_FILE_SUFFIX):
-        try:
-            Path(f"{path}{suffix}").unlink()
-        except FileNotFoundError:
-            pass
-    shutil.rmtree(lexical_directory(path), ignore_errors=True)
-    (path.parent.parent / "graph-sync" / f"{path.name}.lock").unlink(missing_ok=True)
