@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentic_retrieval.cli.errors import UserError
 from agentic_retrieval.errors import install_hint
 
+if TYPE_CHECKING:
+    from agentic_retrieval.kb.service_state import ServiceState
+
+STORE_ENV = "AGENTIC_RETRIEVAL_STORE"
+"""Where ``--store`` falls back to (``serve`` and the ``kb``/``source`` commands alike)."""
 ENFORCE_ENV = "AGENTIC_RETRIEVAL_ENFORCE_PERMISSIONS"
 REQUIRE_IDENTITY_ENV = "AGENTIC_RETRIEVAL_REQUIRE_IDENTITY"
 _TRUE = ("1", "true", "yes", "on")
@@ -125,3 +131,26 @@ def import_extra(module: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise UserError(f"this command needs the [{extra}] extra: {install_hint(extra)}") from exc
+
+
+def open_service_state(data: Path, store: str | None) -> ServiceState:
+    """The service state of ``--data DIR [--store URL]``, or one line saying why not.
+
+    ``serve`` and the ``kb``/``source`` commands open it here, so a URL that is wrong or a
+    database that cannot be reached reads the same from each.
+
+    Raises:
+        UserError: The ``postgres`` extra is missing, DIR cannot be created, or the URL is
+            invalid or its database unreachable (naming it without its password).
+    """
+    from agentic_retrieval.errors import StoreError
+    from agentic_retrieval.kb.service_state import open_service
+
+    if store is not None:
+        import_extra("psycopg", "postgres")
+    try:
+        return open_service(data, store)
+    except OSError as exc:
+        raise UserError(f"--data {data}: {exc.strerror or exc}") from None
+    except StoreError as exc:  # one line: which database, why; never the password
+        raise UserError(f"--store: {exc}") from None

@@ -1,14 +1,20 @@
 """``agentic-retrieval kb …`` and ``source …``: list, show and delete without the SDK.
 
-Both work on a service data directory (``--data DIR``, what ``serve --data`` manages) or on
-a knowledge-base directory (``--kb DIR``, what ``index`` builds). Deleting follows the same
-rules as the REST API: a source a knowledge base still uses is refused.
+Both work on a service data directory (``--data DIR``, what ``serve --data`` manages), on
+the PostgreSQL database of ``serve --store URL`` (``--store URL`` or ``$AGENTIC_RETRIEVAL_STORE``,
+opened as ``serve`` opens it), or on a knowledge-base directory (``--kb DIR``, what ``index``
+builds). Deleting follows the same rules as the REST API: a source a knowledge base still uses
+is refused.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,12 +32,14 @@ from agentic_retrieval.cli.options import (
     update_kb_settings,
 )
 from agentic_retrieval.cli.render import out
+from agentic_retrieval.cli.serving import STORE_ENV, open_service_state
 from agentic_retrieval.errors import ResourceNotFoundError
 from agentic_retrieval.kb.definitions import KnowledgeBaseDefinition, KnowledgeSourceDefinition
 from agentic_retrieval.kb.directory import KnowledgeBaseDirectory
 from agentic_retrieval.kb.management import delete_knowledge_base, delete_knowledge_source
 from agentic_retrieval.kb.model_connections import without_headers
 from agentic_retrieval.kb.service import DATABASE_NAME, ServiceDirectory, StoredDefinition
+from agentic_retrieval.kb.service_state import ServiceState
 
 kb_app = typer.Typer(
     help="List, show, update and delete knowledge bases.",
@@ -48,6 +56,15 @@ DataOption = Annotated[
 KbDirOption = Annotated[
     Path | None, typer.Option("--kb", help="A knowledge-base directory (index --kb).")
 ]
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar=STORE_ENV,
+        help="postgresql://user@host:port/db: the service state serve --store keeps there "
+        "(postgres extra; $AGENTIC_RETRIEVAL_STORE; --data is then optional).",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 
 
@@ -57,13 +74,17 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON only.")]
 @kb_app.command("list")
 @user_errors
 def list_bases(
-    data: DataOption = None, kb: KbDirOption = None, as_json: JsonOption = False
+    data: DataOption = None,
+    store: StoreOption = None,
+    kb: KbDirOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List the knowledge bases of a data directory (or the one in a KB directory)."""
     if kb is not None:
-        rows = [_directory_base(_kb_directory(kb))]
+        rows = [_directory_base(_kb_directory(kb, store))]
     else:
-        rows = [_body(d) for d in _service(data).definitions("knowledgeBase")]
+        with _service(data, store) as (service, _):
+            rows = [_body(d) for d in service.definitions("knowledgeBase")]
     if as_json:
         _print_json(rows)
         return
@@ -82,25 +103,26 @@ def show_base(
         typer.Argument(help="The knowledge base (optional when the directory holds one)."),
     ] = None,
     data: DataOption = None,
+    store: StoreOption = None,
     kb: KbDirOption = None,
 ) -> None:
     """Print the definition of knowledge base NAME as JSON (model keys redacted)."""
     if kb is not None:
-        body = _directory_base(_kb_directory(kb))
+        body = _directory_base(_kb_directory(kb, store))
         if name is not None and body["name"] != name:
             raise UserError(f"{kb} holds the knowledge base {body['name']!r}, not {name!r}")
         _print_json(body)
         return
-    service = _service(data)
-    if name is None:
-        names = [d.name for d in service.definitions("knowledgeBase")]
-        if len(names) != 1:
-            held = f"{len(names)}: {', '.join(names)}" if names else "none"
-            raise UserError(f"give the knowledge base's name: {data} holds {held}")
-        name = names[0]
-    stored = service.get("knowledgeBase", name)
+    with _service(data, store) as (service, where):
+        if name is None:
+            names = [d.name for d in service.definitions("knowledgeBase")]
+            if len(names) != 1:
+                held = f"{len(names)}: {', '.join(names)}" if names else "none"
+                raise UserError(f"give the knowledge base's name: {where} holds {held}")
+            name = names[0]
+        stored = service.get("knowledgeBase", name)
     if stored is None:
-        raise ResourceNotFoundError(f"no knowledge base named {name!r} in {data}")
+        raise ResourceNotFoundError(f"no knowledge base named {name!r} in {where}")
     _print_json(_body(stored))
 
 
@@ -142,10 +164,12 @@ def update_base(
 
 @kb_app.command("delete")
 @user_errors
-def delete_base(name: str, data: DataOption = None) -> None:
+def delete_base(name: str, data: DataOption = None, store: StoreOption = None) -> None:
     """Delete knowledge base NAME from a data directory (its sources stay)."""
-    if delete_knowledge_base(_service(data), name) is None:
-        raise ResourceNotFoundError(f"no knowledge base named {name!r} in {data}")
+    with _service(data, store) as (service, where):
+        deleted = delete_knowledge_base(service, name)
+    if deleted is None:
+        raise ResourceNotFoundError(f"no knowledge base named {name!r} in {where}")
     out.print(f"deleted knowledge base {name}")
 
 
@@ -155,15 +179,18 @@ def delete_base(name: str, data: DataOption = None) -> None:
 @source_app.command("list")
 @user_errors
 def list_sources(
-    data: DataOption = None, kb: KbDirOption = None, as_json: JsonOption = False
+    data: DataOption = None,
+    store: StoreOption = None,
+    kb: KbDirOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List the knowledge sources of a data directory or a KB directory."""
     if kb is not None:
-        directory = _kb_directory(kb)
+        directory = _kb_directory(kb, store)
         rows = [_directory_source(directory, entry.name) for entry in directory.sources]
     else:
-        service = _service(data)
-        rows = [_source_row(service, d) for d in service.definitions("knowledgeSource")]
+        with _service(data, store) as (service, _):
+            rows = [_source_row(service, d) for d in service.definitions("knowledgeSource")]
     if as_json:
         _print_json(rows)
         return
@@ -175,46 +202,84 @@ def list_sources(
 
 @source_app.command("show")
 @user_errors
-def show_source(name: str, data: DataOption = None, kb: KbDirOption = None) -> None:
+def show_source(
+    name: str, data: DataOption = None, store: StoreOption = None, kb: KbDirOption = None
+) -> None:
     """Print knowledge source NAME (its definition and document count) as JSON."""
     if kb is not None:
-        directory = _kb_directory(kb)
+        directory = _kb_directory(kb, store)
         directory.open_source(name, embeddings=False)  # raises, naming the known sources
         _print_json(_directory_source(directory, name))
         return
-    service = _service(data)
-    stored = service.get("knowledgeSource", name)
-    if stored is None:
-        raise ResourceNotFoundError(f"no knowledge source named {name!r} in {data}")
-    _print_json({**_body(stored), "documents": _source_row(service, stored)["documents"]})
+    with _service(data, store) as (service, where):
+        stored = service.get("knowledgeSource", name)
+        if stored is None:
+            raise ResourceNotFoundError(f"no knowledge source named {name!r} in {where}")
+        documents = _source_row(service, stored)["documents"]
+    _print_json({**_body(stored), "documents": documents})
 
 
 @source_app.command("delete")
 @user_errors
-def delete_source(name: str, data: DataOption = None, kb: KbDirOption = None) -> None:
+def delete_source(
+    name: str, data: DataOption = None, store: StoreOption = None, kb: KbDirOption = None
+) -> None:
     """Delete knowledge source NAME (and what was indexed into it).
 
     In a data directory, a source a knowledge base still uses is refused.
     """
     if kb is not None:
-        _kb_directory(kb).remove_source(name)
-    elif delete_knowledge_source(_service(data), name) is None:
-        raise ResourceNotFoundError(f"no knowledge source named {name!r} in {data}")
+        _kb_directory(kb, store).remove_source(name)
+        out.print(f"deleted knowledge source {name}")
+        return
+    with _service(data, store) as (service, where):
+        deleted = delete_knowledge_source(service, name)
+    if deleted is None:
+        raise ResourceNotFoundError(f"no knowledge source named {name!r} in {where}")
     out.print(f"deleted knowledge source {name}")
 
 
 # --- helpers --------------------------------------------------------------------------------
 
 
-def _service(data: Path | None) -> ServiceDirectory:
-    if data is None:
-        raise UserError("give --data DIR (a service data directory) or --kb DIR")
-    if not (data / DATABASE_NAME).is_file():
-        raise UserError(f"{data} is not a service data directory ({DATABASE_NAME} is missing)")
-    return ServiceDirectory(data)
+@contextmanager
+def _service(data: Path | None, store: str | None) -> Iterator[tuple[ServiceState, str]]:
+    """The service state and how messages name it, closed when the command is done.
+
+    With ``--store`` it is the database ``serve --store`` keeps (``--data`` optional: nothing
+    these commands do needs a replica's caches, so a temporary directory stands in).
+    """
+    if store is None:
+        if data is None:
+            raise UserError("give --data DIR (a service data directory), --store URL or --kb DIR")
+        if not (data / DATABASE_NAME).is_file():
+            raise UserError(f"{data} is not a service data directory ({DATABASE_NAME} is missing)")
+        service: ServiceState = ServiceDirectory(data)
+        try:
+            yield service, str(data)
+        finally:
+            service.close()
+        return
+    from agentic_retrieval.sources.postgres.connections import safe_url
+
+    with tempfile.TemporaryDirectory(prefix="agentic-retrieval-") as scratch:
+        state = open_service_state(data or Path(scratch), store)
+        try:
+            yield state, safe_url(store)
+        finally:
+            state.close()
 
 
-def _kb_directory(path: Path) -> KnowledgeBaseDirectory:
+def _kb_directory(path: Path, store: str | None = None) -> KnowledgeBaseDirectory:
+    """The knowledge-base directory ``--kb`` names (refusing a ``--store`` given beside it).
+
+    ``$AGENTIC_RETRIEVAL_STORE`` set for a deployment does not stop ``--kb`` from working.
+    """
+    if store is not None and store != os.environ.get(STORE_ENV):
+        raise UserError(
+            "--kb DIR is a knowledge-base directory; --store URL names a service's database: "
+            "give one of them"
+        )
     return KnowledgeBaseDirectory(path).load()
 
 
@@ -224,7 +289,7 @@ def _body(stored: StoredDefinition) -> dict[str, Any]:
     return without_headers(stored.body)  # openAICompatible headers are never shown
 
 
-def _source_row(service: ServiceDirectory, stored: StoredDefinition) -> dict[str, Any]:
+def _source_row(service: ServiceState, stored: StoredDefinition) -> dict[str, Any]:
     from agentic_retrieval.kb.catalog import ServiceCatalog
     from agentic_retrieval.kb.source_kinds import SOURCE_KINDS
 

@@ -12,7 +12,12 @@ import typer
 
 from agentic_retrieval.cli.errors import UserError, user_errors
 from agentic_retrieval.cli.render import err
-from agentic_retrieval.cli.serving import import_extra, server_extra
+from agentic_retrieval.cli.serving import (
+    STORE_ENV,
+    import_extra,
+    open_service_state,
+    server_extra,
+)
 from agentic_retrieval.embeddings import NO_EMBEDDINGS_ENV_VAR
 from agentic_retrieval.kb.management import DEFAULT_MAX_DEFINITIONS
 from agentic_retrieval.sources.local.conversion_limits import ConversionLimits
@@ -37,7 +42,7 @@ def serve(
         str | None,
         typer.Option(
             "--store",
-            envvar="AGENTIC_RETRIEVAL_STORE",
+            envvar=STORE_ENV,
             help="postgresql://user@host:port/db: keep the whole service state (definitions, "
             "documents, vectors, status) in PostgreSQL, shared by every replica; --data then "
             "holds this replica's caches and locks only (postgres extra; "
@@ -303,9 +308,7 @@ class _ProgressHandler(logging.StreamHandler[TextIO]):
 
 def _served_names(kb: list[Path], data: Path | None, store: str | None = None) -> list[str]:
     """Check the directories (and the database) before serving; the knowledge bases' names."""
-    from agentic_retrieval.errors import StoreError
     from agentic_retrieval.kb.loader import open_knowledge_base
-    from agentic_retrieval.kb.service_state import open_service
 
     names = []
     for path in kb:
@@ -317,14 +320,7 @@ def _served_names(kb: list[Path], data: Path | None, store: str | None = None) -
     if len(set(names)) != len(names):
         raise UserError(f"two --kb directories hold knowledge bases with the same name: {names}")
     if data is not None:
-        if store is not None:
-            import_extra("psycopg", "postgres")
-        try:
-            service = open_service(data, store)
-        except OSError as exc:
-            raise UserError(f"--data {data}: {exc.strerror or exc}") from None
-        except StoreError as exc:  # one line: which database, why; never the password
-            raise UserError(f"--store: {exc}") from None
+        service = open_service_state(data, store)
         service.remove_orphans()
         service.reconcile_ingestion()  # runs a killed server left "in progress"
         names += [d.name for d in service.definitions("knowledgeBase")]
