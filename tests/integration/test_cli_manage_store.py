@@ -142,3 +142,13 @@ def test_a_knowledge_base_directory_is_not_a_store(tmp_path, postgres_url):
     listed = run("source", "list", "--kb", kb, "--json", env={"AGENTIC_RETRIEVAL_STORE": "x"})
     assert listed.exit_code == 0, listed.output
     assert [s["name"] for s in json.loads(listed.output)] == ["ferries"]
+
+
+def test_kb_update_refuses_a_service_in_one_line(postgres_url, tmp_path):
+    """Only a knowledge-base directory's settings change from the command line."""
+    refused = run("kb", "update", "--store", postgres_url, "--max-runtime", "30")
+    assert refused.exit_code == 2
+    assert refused.output.count("\n") == 1, refused.output
+    assert "--store URL changes over REST: PUT /knowledgebases('NAME')" in refused.output
+    from_data = run("kb", "update", "--data", str(tmp_path), "--max-runtime", "30")
+    assert from_data.exit_code == 2 and "--data DIR changes over REST" in from_data.output

@@ -129,7 +129,9 @@ def show_base(
 @kb_app.command("update")
 @user_errors
 def update_base(
-    kb: Annotated[Path, typer.Option("--kb", help="A knowledge-base directory (index --kb).")],
+    kb: KbDirOption = None,
+    data: DataOption = None,
+    store: StoreOption = None,
     retrieval_instructions: RetrievalInstructionsOption = None,
     answer_instructions: AnswerInstructionsOption = None,
     max_runtime: MaxRuntimeOption = None,
@@ -143,7 +145,14 @@ def update_base(
     retrievalInstructions, answerInstructions and retrieveDefaults (rerankerThreshold there
     is this service's extension).
     """
-    directory = _kb_directory(kb)
+    if kb is None:
+        # a service's definition has an ETag and REST's validation; no second path to keep true
+        served = "--store URL" if store is not None else "--data DIR"
+        raise UserError(
+            f"kb update changes a knowledge-base directory (--kb DIR); a knowledge base of "
+            f"{served} changes over REST: PUT /knowledgebases('NAME') with its new fields"
+        )
+    directory = _kb_directory(kb, store)
     changed = update_kb_settings(
         directory,
         retrieval_instructions,
