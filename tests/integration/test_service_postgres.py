@@ -413,3 +413,33 @@ def test_a_file_source_on_postgresql_is_hybrid_as_soon_as_its_upload_answers(
         assert hit.chunk.similarity is not None  # its vector was written with it
     finally:
         state.close()
+
+
+def test_a_postgresql_store_refuses_chunks_whose_vectors_would_come_later(postgres_url, tmp_path):
+    """Nothing embeds a PostgreSQL store's pending chunks, so it takes none: a unit prepared
+    to be embedded after its write is refused whole rather than left without vectors."""
+    from agentic_retrieval.errors import StoreError
+    from agentic_retrieval.kb.catalog import ServiceCatalog
+    from agentic_retrieval.kb.management import put_knowledge_source
+    from agentic_retrieval.kb.service_state import open_service
+    from agentic_retrieval.sources.local.documents import PreparedUnit
+    from agentic_retrieval.sources.local.loaders import Section
+    from agentic_retrieval.testing import HashingEmbeddings
+
+    state = open_service(tmp_path / "data", postgres_url)
+    try:
+        put_knowledge_source(state, {"name": "docs", "kind": "file"})
+        catalog = ServiceCatalog(state, embeddings=HashingEmbeddings(size=64))
+        documents = catalog.file_documents("docs")
+        assert documents is not None
+        sections = [Section("The tram depot opens at six.")]
+        prepared = documents.prepare("trams", title="Trams", sections=sections, fields={})
+        assert not prepared.embed and prepared.vectors  # embedded here, before the write
+        later = PreparedUnit(prepared.chunks, embed=True)
+        with pytest.raises(StoreError, match="with their vectors"):
+            documents.put(
+                "trams", stored={}, title="Trams", sections=sections, fields={}, prepared=later
+            )
+        assert documents.store.count_chunks() == 0  # nothing half-written
+    finally:
+        state.close()

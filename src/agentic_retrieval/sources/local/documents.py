@@ -145,7 +145,7 @@ class DocumentStore:
         words until embedded.
         """
         ours = _model_name(self.embeddings)
-        if self._embeds_chunks():  # it holds vectors, or its chunks wait for theirs
+        if self.store.embeds_chunks():  # it holds vectors, or its chunks wait for theirs
             made_with = self.store.recorded_vectors_made_with()
             model = made_with[0].partition("@")[0] if made_with else ours
             if self.embeddings is None:
@@ -173,18 +173,12 @@ class DocumentStore:
             "upload them to a new file knowledge source",
         )
 
-    def _embeds_chunks(self) -> bool:
-        """Whether the store's chunks get vectors (it holds some, or some are pending)."""
-        if isinstance(self.store, LocalStore):
-            return self.store.embeds_chunks()
-        return self.store.dimension() is not None
-
     def embedding_progress(self) -> EmbeddingProgress:
         """Chunks waiting for their vectors and chunks that have one (0 pending: lexical)."""
-        if not isinstance(self.store, LocalStore):  # embedded before the write
-            return EmbeddingProgress(0, self.store.count_chunks() if self._embeds_chunks() else 0)
         if not self.store.embeds_chunks():
             return EmbeddingProgress(0, 0)  # a lexical store: nothing is waiting
+        if self.store.defers_vectors is False:  # embedded before the write: none waits
+            return EmbeddingProgress(0, self.store.count_chunks())
         pending, embedded = self.store.vector_counts()
         return EmbeddingProgress(pending, embedded)
 
@@ -199,14 +193,14 @@ class DocumentStore:
             How many chunks were embedded (0: nothing is pending here).
         """
         model = self.ingestion or self.embeddings
-        if not isinstance(self.store, LocalStore):  # a PostgreSQL store leaves none pending
+        if self.store.defers_vectors is False:  # a store that never leaves chunks pending
             return 0
         if model is None or self.retrieval_mode().mode != "hybrid":
             return 0
         chunks = self.store.chunks_without_vectors(limit)
         if not chunks:
             return 0
-        texts = [f"{title}\n{content}" if title else content for _, title, content in chunks]
+        texts = [_embedded_text(title, content) for _, title, content in chunks]
         self.store.write_vectors(chunks, model.embed_documents(texts))
         return len(chunks)
 
@@ -217,7 +211,7 @@ class DocumentStore:
         or with another model) would take units without vectors, found by their words only
         while the store still says it ranks hybrid: such writes are refused instead.
         """
-        if not self._embeds_chunks():
+        if not self.store.embeds_chunks():
             return None
         state = self.retrieval_mode()
         if state.mode == "hybrid":
@@ -253,13 +247,13 @@ class DocumentStore:
         """
         chunks = self._chunks(key, title, sections, fields)
         embed = self.embeddings is not None and self.retrieval_mode().mode == "hybrid"
-        if not embed or isinstance(self.store, LocalStore):
+        if not embed or self.store.defers_vectors:
             return PreparedUnit(chunks, embed)
-        # a PostgreSQL store (serve --store) has no background embedder: its replicas
-        # share no lock directory, so the vectors are made here, before the write
+        # a store that takes no chunk before its vector (PostgreSQL: its replicas share no
+        # background embedder): the vectors are made here, before the write
         model = self.ingestion or self.embeddings
         assert model is not None  # embed implies a model
-        texts = [f"{c.title}\n{c.content}" if c.title else c.content for c in chunks]
+        texts = [_embedded_text(c.title, c.content) for c in chunks]
         vectors: list[list[float]] = []
         for start in range(0, len(texts), EMBED_BATCH):
             vectors += model.embed_documents(texts[start : start + EMBED_BATCH])
@@ -314,20 +308,15 @@ class DocumentStore:
         digest = hashlib.sha256(body.encode()).hexdigest()
         path = RECORD_PREFIX + key
         state = FileState(path, path, digest, digest, 0.0, len(body), len(chunks))
-        if isinstance(self.store, LocalStore):
-            self.store.replace_file(
-                state,
-                MetadataJson(body),
-                chunks,
-                vectors,
-                permissions,
-                fields=fields,
-                vectors_pending=prepared is not None and prepared.embed,
-            )
-        else:
-            self.store.replace_file(
-                state, MetadataJson(body), chunks, vectors, permissions, fields=fields
-            )
+        self.store.replace_file(
+            state,
+            MetadataJson(body),
+            chunks,
+            vectors,
+            permissions,
+            fields=fields,
+            vectors_pending=prepared is not None and prepared.embed,
+        )
         return len(chunks)
 
     def permissions(self, key: str) -> Permissions | None:
@@ -390,19 +379,14 @@ class DocumentStore:
         depth = max(wanted, 50)
         hits: list[DocumentHit] = []
         for _ in range(_SEARCH_DEPTH_ROUNDS):
-            if isinstance(self.store, LocalStore):
-                chunks = self.store.search(
-                    text,
-                    top=depth,
-                    filter_expr=filter_expr,
-                    query_vector=vector,
-                    access=access,
-                    topic_graph=topic_graph,
-                )
-            else:  # a PostgreSQL store keeps no topic index: it ranks without sampling
-                chunks = self.store.search(
-                    text, top=depth, filter_expr=filter_expr, query_vector=vector, access=access
-                )
+            chunks = self.store.search(
+                text,
+                top=depth,
+                filter_expr=filter_expr,
+                query_vector=vector,
+                access=access,
+                topic_graph=topic_graph,
+            )
             hits = _group(chunks) if per_unit else [_hit(c) for c in chunks]
             if len(hits) >= wanted or len(chunks) < depth:
                 break
@@ -438,6 +422,11 @@ class DocumentStore:
         if not records:
             records.append(ChunkRecord(f"{key}{CHUNK_SEPARATOR}0", 0, title, "", None, {}))
         return records
+
+
+def _embedded_text(title: str, content: str) -> str:
+    """What a chunk's vector is made from: its title, then its text."""
+    return f"{title}\n{content}" if title else content
 
 
 def _pending_note(progress: EmbeddingProgress) -> str | None:

@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from agentic_retrieval.errors import StoreBusyError, StoreError, StoreNotFoundError
 from agentic_retrieval.permissions import Permissions
@@ -60,6 +60,10 @@ class PostgresContents:
         StoreError: An invalid name.
         StoreNotFoundError: No such store and ``create`` is false.
     """
+
+    defers_vectors: Literal[False] = False
+    """Never written before their vectors: replicas share no background embedder, so whoever
+    writes embeds first (``vectors_pending`` of :meth:`replace_file` is refused)."""
 
     def __init__(self, database: Database, name: str, *, create: bool = False) -> None:
         self.database = database
@@ -236,6 +240,11 @@ class PostgresContents:
         return self._dimension(conn) is not None
 
     @connected
+    def embeds_chunks(self, conn: Connection) -> bool:
+        """Whether its chunks get vectors: it holds some (none is ever pending here)."""
+        return self._dimension(conn) is not None
+
+    @connected
     def dimension(self, conn: Connection) -> int | None:
         """The dimension of the store's vectors, once any were written."""
         return self._dimension(conn)
@@ -387,6 +396,7 @@ class PostgresContents:
         permissions: Permissions | None = None,
         *,
         fields: Mapping[str, Any] | None = None,
+        vectors_pending: bool = False,
     ) -> None:
         """Replace everything indexed for ``state.path`` in one transaction.
 
@@ -394,8 +404,13 @@ class PostgresContents:
         <agentic_retrieval.sources.local.store.contents.StoreContents.replace_file>`'s.
 
         Raises:
-            StoreError: Not one vector per chunk, or a dimension other than the store's.
+            StoreError: Not one vector per chunk, or a dimension other than the store's, or
+                ``vectors_pending`` (see :attr:`defers_vectors`).
         """
+        if vectors_pending:
+            raise StoreError(
+                f"store {self.name!r} takes chunks with their vectors, not before them"
+            )
         texts = _vector_texts(vectors, len(chunks))
         meta_json = (
             str(metadata)

@@ -25,6 +25,7 @@ from agentic_retrieval.sources.postgres import conditions, lexical
 from agentic_retrieval.sources.postgres.connections import Connection, Database, connected
 from agentic_retrieval.sources.postgres.contents import PostgresContents
 from agentic_retrieval.sources.postgres.lexical import LexicalRanking
+from agentic_retrieval.sources.topic_graph import TopicGraphSetting
 
 HNSW_EF_SEARCH_MIN = 100
 """Candidates the HNSW graph keeps while searching (pgvector's ``hnsw.ef_search``), at least."""
@@ -77,8 +78,12 @@ class PostgresStore(PostgresContents):
         filter_expr: Expr | None = None,
         query_vector: Sequence[float] | None = None,
         access: Access = ANONYMOUS,
+        topic_graph: TopicGraphSetting | None = None,
     ) -> list[StoredHit]:
         """Search as :meth:`LocalStore.search <agentic_retrieval.sources.local.LocalStore.search>`.
+
+        A PostgreSQL store keeps no topic index, so ``topic_graph`` is accepted and the
+        results are ranked without topic sampling.
 
         Returns:
             Hits, best first: BM25 scores for lexical search, RRF sums for hybrid search

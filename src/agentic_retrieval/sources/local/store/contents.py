@@ -13,7 +13,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from agentic_retrieval.errors import StoreUnavailableError
 from agentic_retrieval.odata import Expr
@@ -60,6 +60,10 @@ class StoreContents(StoreConnections):
     _lexical_index: LexicalIndex
     _health: StoreHealth
     vectors_made_with: str | None
+
+    defers_vectors: Literal[True] = True
+    """Chunks may be written before their vectors (:meth:`replace_file`'s ``vectors_pending``)
+    and found by their words until :meth:`write_vectors` gives them theirs."""
 
     # ------------------------------------------------------------------ bookkeeping
 
