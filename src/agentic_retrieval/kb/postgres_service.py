@@ -45,7 +45,6 @@ from typing import Any
 
 from agentic_retrieval.errors import StoreClosedError, StoreError
 from agentic_retrieval.kb.service import (
-    INTERRUPTED,
     Check,
     Conditions,
     DefinitionKind,
@@ -54,6 +53,8 @@ from agentic_retrieval.kb.service import (
     IngestionRun,
     RunRecorder,
     StoredDefinition,
+    _definition,
+    _interrupted,
     _label,
     _now,
     _run,
@@ -439,15 +440,13 @@ class PostgresServiceDirectory:
         if not row or not row[0]:
             return False  # its replica holds it: the run is live
         try:
-            data = json.loads(state)
-            data["errors"] = [*(data.get("errors") or []), {"errorMessage": INTERRUPTED}]
             with conn.transaction():
                 settled = conn.execute("DELETE FROM ar_service_runs WHERE run = %s", (run_id,))
                 if settled.rowcount:  # not settled already by another reader
                     conn.execute(
                         "INSERT INTO ar_service_ingestion (store, last) VALUES (%s, %s) "
                         "ON CONFLICT (store) DO UPDATE SET last = EXCLUDED.last",
-                        (store, json.dumps(data)),
+                        (store, _interrupted(state)),
                     )
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
@@ -519,10 +518,6 @@ def _store_name(kind: DefinitionKind, name: str) -> str:
     prefix = "index" if kind == "index" else "source"
     safe = re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:80]
     return f"{prefix}-{safe}-{secrets.token_hex(4)}"
-
-
-def _definition(row: tuple[Any, ...]) -> StoredDefinition:
-    return StoredDefinition(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6])
 
 
 def _upsert(

@@ -524,8 +524,6 @@ class ServiceDirectory:
         """
         if run_id is not None and not self._unowned(run_id):
             return False
-        data = json.loads(state)
-        data["errors"] = [*(data.get("errors") or []), {"errorMessage": INTERRUPTED}]
         with self._write() as conn:
             if run_id is None:
                 settled = conn.execute(
@@ -538,7 +536,7 @@ class ServiceDirectory:
                 conn.execute(
                     "INSERT INTO ingestion(store, last) VALUES (?, ?) "
                     "ON CONFLICT(store) DO UPDATE SET last = excluded.last",
-                    (store, json.dumps(data)),
+                    (store, _interrupted(state)),
                 )
         return True
 
@@ -662,6 +660,13 @@ def _run_json(run: IngestionRun) -> str:
             "errors": list(run.errors),
         }
     )
+
+
+def _interrupted(state: str) -> str:
+    """A run's recorded state (JSON) as its last run, with the :data:`INTERRUPTED` error."""
+    data = json.loads(state)
+    data["errors"] = [*(data.get("errors") or []), {"errorMessage": INTERRUPTED}]
+    return json.dumps(data)
 
 
 def _run(text: str | None) -> IngestionRun | None:
